@@ -1,0 +1,106 @@
+"""The model's chat format, in one place: the system instruction, how documents are rendered, the target.
+
+`publish` uses it to write the chat export (`data/clariedge-chat/{split}.jsonl`); training and
+inference import the same functions, so the prompt the model is trained on is the prompt it is
+asked with. The contract matches the Granite "query_clarification" intrinsic: the chat ends in the
+user turn, optional documents `[{doc_id, text}]` are given, and the answer is JSON
+`{"clarification": "CLEAR"}` or `{"clarification": "<the question to ask the user>"}`.
+
+Changing `SYSTEM_PROMPT` or `render_documents` changes every trained model's input: bump
+`FORMAT_VERSION` when you do, so the card and the model metadata show which format was used.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+FORMAT_VERSION = "1"
+CLEAR = "CLEAR"
+
+SYSTEM_PROMPT = (
+    "You check a user's last message before a retrieval-augmented assistant answers it. "
+    "Decide whether the assistant must ask the user a clarifying question first. "
+    "Ask only when the last message, read with the conversation so far (and the documents, when "
+    "documents are given), admits several plausible interpretations that would lead to different "
+    "answers, or leaves out what it refers to. Do not ask when the conversation or the documents "
+    "resolve it, even if the message is short or uses pronouns.\n"
+    'Reply with JSON only: {"clarification": "CLEAR"} when no clarification is needed, otherwise '
+    '{"clarification": "<one short question to the user that names the competing interpretations>"}.'
+)
+
+_DOCS_HEADER = "Documents retrieved for the last message:"
+
+
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    """Read a field from a pydantic model or a mapping (parquet rows and `datasets` rows are dicts)."""
+    if isinstance(obj, Mapping):
+        return obj.get(key, default)
+    return getattr(obj, key, default)
+
+
+def render_documents(documents: Sequence[Any]) -> str:
+    """The documents block appended to the system message; empty string when there are none."""
+    if not documents:
+        return ""
+    parts = [_DOCS_HEADER]
+    for i, doc in enumerate(documents, 1):
+        doc_id = _get(doc, "doc_id", "") or f"doc{i}"
+        title = (_get(doc, "title", "") or "").strip()
+        text = (_get(doc, "text", "") or "").strip()
+        head = f'<document id="{doc_id}"' + (f' title="{title}"' if title else "") + ">"
+        parts.append(f"{head}\n{text}\n</document>")
+    return "\n".join(parts)
+
+
+def build_messages(messages: Sequence[Any], documents: Sequence[Any] | None = None) -> list[dict[str, str]]:
+    """The chat given to the model: one system message (instruction + documents) and the dialog.
+
+    `messages` are `Message` models or `{"role", "content"}` mappings ending in the user turn;
+    `documents` are `Document` models or `{"doc_id", "title", "text"}` mappings (None or empty
+    before retrieval).
+    """
+    if not messages:
+        raise ValueError("build_messages: the dialog is empty; it must end with a user turn")
+    system = SYSTEM_PROMPT
+    docs = render_documents(documents or [])
+    if docs:
+        system = f"{system}\n\n{docs}"
+    out = [{"role": "system", "content": system}]
+    for m in messages:
+        role, content = _get(m, "role"), _get(m, "content")
+        if role not in ("user", "assistant"):
+            raise ValueError(f"build_messages: message role must be user or assistant, got {role!r}")
+        out.append({"role": role, "content": content})
+    if out[-1]["role"] != "user":
+        raise ValueError("build_messages: the dialog must end with a user turn")
+    return out
+
+
+def target_json(example: Any) -> str:
+    """The model's answer for an example: `{"clarification": "CLEAR" | question}` as compact JSON."""
+    needs = bool(_get(example, "needs_clarification"))
+    question = _get(example, "clarification")
+    if needs and not question:
+        raise ValueError("target_json: an example that needs clarification must carry its question")
+    return json.dumps({"clarification": question if needs else CLEAR}, ensure_ascii=False)
+
+
+def parse_output(text: str) -> str | None:
+    """The `clarification` value from a model's reply (`CLEAR` or a question), or None if unparseable.
+
+    Tolerates text around the JSON object (small models add it); never uses `eval`.
+    """
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end <= start:
+        return None
+    try:
+        obj = json.loads(text[start : end + 1])
+    except json.JSONDecodeError:
+        return None
+    value = obj.get("clarification") if isinstance(obj, dict) else None
+    if not isinstance(value, str) or not value.strip():
+        return None
+    value = value.strip()
+    return CLEAR if value.upper() == CLEAR else value
