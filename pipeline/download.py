@@ -43,8 +43,10 @@ def fetch(base_url: str, files: dict[str, str], cache_dir: str | Path, timeout_s
                 tmp.write_bytes(resp.read())
                 got = sha256_of(tmp)
                 if got != expected:
-                    raise DownloadError(f"{url}: checksum mismatch (expected {expected}, got {got}); "
-                                        "the upstream file changed: update ingest.mtrag_url.files")
+                    raise DownloadError(
+                        f"{url}: checksum mismatch (expected {expected}, got {got}); "
+                        "the upstream file changed: update ingest.mtrag_url.files"
+                    )
         except (urllib.error.URLError, TimeoutError, OSError) as err:
             raise DownloadError(
                 f"cannot download {url}: {err}. Without a network, set `ingest.source: sample` (the bundled "

@@ -41,8 +41,13 @@ def _embed_uncached(texts: Sequence[str], batch_size: int = 64, max_length: int 
     out = []
     with torch.inference_mode():
         for i in range(0, len(texts), batch_size):
-            batch = tok(list(texts[i : i + batch_size]), padding=True, truncation=True,
-                        max_length=max_length, return_tensors="pt")
+            batch = tok(
+                list(texts[i : i + batch_size]),
+                padding=True,
+                truncation=True,
+                max_length=max_length,
+                return_tensors="pt",
+            )
             hidden = model(**batch).last_hidden_state
             mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
@@ -74,6 +79,8 @@ def embed(texts: Sequence[str], cache_path: str | Path | None = None, batch_size
         if missing:
             mk = sorted(missing)
             vecs = _embed_uncached([missing[k] for k in mk], batch_size)
-            db.executemany("INSERT OR REPLACE INTO emb VALUES (?, ?)", [(k, v.tobytes()) for k, v in zip(mk, vecs, strict=True)])
+            db.executemany(
+                "INSERT OR REPLACE INTO emb VALUES (?, ?)", [(k, v.tobytes()) for k, v in zip(mk, vecs, strict=True)]
+            )
             found.update(zip(mk, vecs, strict=True))
     return np.stack([found[k] for k in keys]) if keys else np.zeros((0, DIM), np.float32)

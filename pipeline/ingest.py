@@ -182,7 +182,15 @@ def _document(ctx: dict[str, Any], docs_by_id: dict[str, dict[str, Any]] | None,
         text, title = doc.get("text"), title or doc.get("title")
     if not isinstance(text, str) or not text.strip():
         raise _RowError(f"contexts: document {doc_id!r} has no text")
-    return {"doc_id": doc_id, "title": title or "", "text": text}
+    return {"doc_id": doc_id, "title": title or _heading(text), "text": text.strip()}
+
+
+def _heading(text: str, max_len: int = 100) -> str:
+    """MTRAG passages without a title often start with their heading line: use it when it is short."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    if len(lines) >= 2 and len(lines[0]) <= max_len and not lines[0].endswith((".", "?", "!")):
+        return lines[0]
+    return ""
 
 
 def _domain_from(obj: dict[str, Any], fallback: str) -> str:
@@ -194,8 +202,15 @@ def _domain_from(obj: dict[str, Any], fallback: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # Readers: one per format, each yields validated seed turns and reports bad rows
 # ---------------------------------------------------------------------------------------------
-def _task_to_seed(obj: dict[str, Any], where: str, fmt: str, path: Path, line: int | None,
-                  docs_by_id: dict[str, dict[str, Any]] | None, rejects: Rejects) -> SeedTurn | None:
+def _task_to_seed(
+    obj: dict[str, Any],
+    where: str,
+    fmt: str,
+    path: Path,
+    line: int | None,
+    docs_by_id: dict[str, dict[str, Any]] | None,
+    rejects: Rejects,
+) -> SeedTurn | None:
     try:
         task_id = _require(obj, "task_id", str, where)
         conv, turn = _parse_task_id(task_id)
@@ -210,8 +225,16 @@ def _task_to_seed(obj: dict[str, Any], where: str, fmt: str, path: Path, line: i
         return None
     last = messages[-1]["content"] if messages else ""
     return _validate(
-        rejects, where, obj, conversation_id=conv, turn=turn, domain=_domain_from(obj, path.parent.name),
-        messages=messages, last_turn=last, rewrite=None, documents=_dedup_docs(documents),
+        rejects,
+        where,
+        obj,
+        conversation_id=conv,
+        turn=turn,
+        domain=_domain_from(obj, path.parent.name),
+        messages=messages,
+        last_turn=last,
+        rewrite=None,
+        documents=_dedup_docs(documents),
         source=Source(format=fmt, path=str(path), line=line, task_id=task_id),
     )
 
@@ -298,8 +321,16 @@ def read_beir(files: dict[str, Path], domain: str, rejects: Rejects) -> Iterator
         messages = [{"role": "user", "content": t} for t in [*history, last]]
         # consecutive user turns are merged by nothing: BEIR history has no agent turns
         seed = _validate(
-            rejects, where, {"_id": _id}, conversation_id=conv, turn=turn, domain=domain, messages=messages,
-            last_turn=last, rewrite=rewrite, documents=[],
+            rejects,
+            where,
+            {"_id": _id},
+            conversation_id=conv,
+            turn=turn,
+            domain=domain,
+            messages=messages,
+            last_turn=last,
+            rewrite=rewrite,
+            documents=[],
             source=Source(format="beir", path=str(path), line=line, task_id=_id),
         )
         if seed:
@@ -346,10 +377,9 @@ def _conversation_seeds(obj: dict[str, Any], where: str, source: Source, rejects
             if not isinstance(t, dict):
                 raise _RowError(f"turns.{i}: expected an object")
             msg = Message(role=t.get("role"), content=t.get("content"))
-            docs = [Document(**d) for d in t.get("documents") or []]
-        except (ValidationError, TypeError) as err:
-            detail = describe_validation_error(err) if isinstance(err, ValidationError) else str(err)
-            rejects.add("invalid_row", f"{where} turns.{i}", detail, t)
+            docs = [_turn_document(j, d) for j, d in enumerate(t.get("documents") or [])]
+        except ValidationError as err:
+            rejects.add("invalid_row", f"{where} turns.{i}", describe_validation_error(err), t)
             return  # a broken turn breaks the dialog after it; the turns before it are kept
         except _RowError as err:
             rejects.add("invalid_row", f"{where} turns.{i}", str(err), t)
@@ -359,12 +389,29 @@ def _conversation_seeds(obj: dict[str, Any], where: str, source: Source, rejects
             continue
         n_user += 1
         seed = _validate(
-            rejects, f"{where} turns.{i}", t, conversation_id=conv, turn=n_user, domain=domain,
-            messages=list(history), last_turn=msg.content, rewrite=t.get("rewrite"), documents=docs,
+            rejects,
+            f"{where} turns.{i}",
+            t,
+            conversation_id=conv,
+            turn=n_user,
+            domain=domain,
+            messages=list(history),
+            last_turn=msg.content,
+            rewrite=t.get("rewrite"),
+            documents=docs,
             source=source.model_copy(update={"task_id": f"{conv}::{n_user}"}),
         )
         if seed:
             yield seed
+
+
+def _turn_document(j: int, d: Any) -> Document:
+    if not isinstance(d, dict):
+        raise _RowError(f"documents.{j}: expected an object with doc_id, title, text")
+    try:
+        return Document(**d)
+    except ValidationError as err:
+        raise _RowError(f"documents.{j}." + describe_validation_error(err)) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -479,8 +526,13 @@ class IngestError(RuntimeError):
     pass
 
 
-def run(paths: list[str | Path], out_path: str | Path, rejects_path: str | Path | None = None,
-        stats_path: str | Path | None = None, strict: bool = False) -> dict[str, Any]:
+def run(
+    paths: list[str | Path],
+    out_path: str | Path,
+    rejects_path: str | Path | None = None,
+    stats_path: str | Path | None = None,
+    strict: bool = False,
+) -> dict[str, Any]:
     seeds, rejects, stats = transform(paths)
     for r in rejects.rows[:20]:
         log.warning("rejected %s: %s: %s", r["where"], r["reason"], r["detail"])
@@ -495,6 +547,10 @@ def run(paths: list[str | Path], out_path: str | Path, rejects_path: str | Path 
     write_records(out_path, seeds)
     if stats_path:
         write_json(stats_path, stats)
-    log.info("ingest: %d seed turns from %d conversations, %d rejected", stats["seed_turns"],
-             stats["conversations"], stats["rejected"])
+    log.info(
+        "ingest: %d seed turns from %d conversations, %d rejected",
+        stats["seed_turns"],
+        stats["conversations"],
+        stats["rejected"],
+    )
     return stats

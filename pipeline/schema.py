@@ -150,9 +150,7 @@ class Example(_Record):
     def _consistent(self) -> Example:
         expected = self.category in AMBIGUOUS
         if self.needs_clarification != expected:
-            raise ValueError(
-                f"needs_clarification={self.needs_clarification} contradicts category {self.category!r}"
-            )
+            raise ValueError(f"needs_clarification={self.needs_clarification} contradicts category {self.category!r}")
         if self.needs_clarification and not self.clarification:
             raise ValueError(f"category {self.category!r} needs a clarification question")
         if not self.needs_clarification and self.clarification:
@@ -206,9 +204,7 @@ SEED_TURN_SCHEMA = pa.schema(
         ("documents", pa.list_(_DOCUMENT)),
         (
             "source",
-            pa.struct(
-                [("format", pa.string()), ("path", pa.string()), ("line", pa.int64()), ("task_id", pa.string())]
-            ),
+            pa.struct([("format", pa.string()), ("path", pa.string()), ("line", pa.int64()), ("task_id", pa.string())]),
         ),
     ]
 )
