@@ -80,6 +80,44 @@ def ingest(
         fail(str(err))
 
 
+@app.command()
+def synthesize(
+    seeds: Annotated[Path, typer.Argument(help="seed turns parquet (ingest output)")] = Path("data/seeds.parquet"),
+    output: Annotated[Path, typer.Option("-o", "--output", help="candidate examples parquet")] = Path(
+        "data/candidates.parquet"
+    ),
+    rejects: Annotated[Path | None, typer.Option(help="rejected jobs JSONL")] = None,
+    stats: Annotated[Path | None, typer.Option(help="stats JSON (a DVC metric)")] = None,
+    cache: Annotated[Path, typer.Option(help="LLM call cache (SQLite)")] = Path("cache/llm.sqlite"),
+    backend: Annotated[
+        str | None, typer.Option(help="override synthesize.backend: construct | openai | transformers")
+    ] = None,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="progress bar")] = True,
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """Synthesize candidate examples of the four categories (construct | openai | transformers backend)."""
+    import os
+
+    from clariedge import synthesize as stage
+    from clariedge.config import load_params
+    from clariedge.llm import LLMConfigError
+    from clariedge.prompts import PromptError
+
+    try:
+        cfg = (
+            load_section(params, "synthesize", stage.SynthesizeConfig) if params.exists() else stage.SynthesizeConfig()
+        )
+        if backend is not None:
+            if backend not in ("construct", "openai", "transformers"):
+                raise ConfigError(f"--backend {backend!r}: expected construct, openai or transformers")
+            cfg = cfg.model_copy(update={"backend": backend})
+        seed = int(load_params(params).get("seed", 0)) if params.exists() else 0
+        api_key = os.environ.get(cfg.openai.api_key_env) if cfg.backend == "openai" else None
+        stage.run(seeds, output, rejects, stats, cfg, seed=seed, cache_path=cache, api_key=api_key, progress=progress)
+    except (ConfigError, FileNotFoundError, LLMConfigError, PromptError, ValueError) as err:
+        fail(str(err))
+
+
 def run() -> None:  # pragma: no cover - console entry point
     try:
         app()
