@@ -1,34 +1,1395 @@
 """Offline `construct` backend: correct-by-construction examples from the dialogs' structure (no LLM).
 
+Every row is built by a deterministic operation on a real seed turn whose effect on the label is
+known, and carries the evidence for its label:
+
+- `hard_negative` (resolution = a standalone question the dialog or documents make explicit)
+  * `hn_dialog_resolves`: a non-standalone turn (the human rewrite adds words) in its full dialog,
+    where the words the rewrite adds occur earlier in the dialog; post-retrieval with its documents.
+  * `hn_generalized_in_dialog`: a complete question whose distinguishing modifier was removed
+    ("How long is the river?") right after a dialog that named exactly one such entity.
+  * `hn_documents_resolve` (post): the generalised question with documents about one entity only.
+- `ambiguous_dialog` (no row's dialog or documents contain the missing referent)
+  * `ad_cut_before_referent`: the non-standalone turn with the dialog cut before the referent appeared.
+  * `ad_stitched`: the turn (or a generalised question) stitched onto another conversation: a topic
+    switch that drops its subject.
+  * `ad_generalized_unpinned`: a complete, self-contained-looking question with a definite reference
+    ("When does the plan renew?") that nothing in the dialog pins down.
+- `ambiguous_documents` (post) `adoc_entity_collision`: the generalised question with documents about
+  two or more distinct entities sharing a head (titles `Mercury (planet)` / `Mercury (element)`,
+  `Penobscot River` / `Hudson River`); interpretations = those entities, the clarification names them.
+- `clear`: `clear_as_is` (standalone turns as they are), `clear_rewrite` (a human rewrite placed as
+  the turn), `clear_specific_docs` (post: the specific question with the mixed documents).
+
+Wordings of clarifications and optional lead-ins / surface variants are drawn from template banks with
+the caller's seeded rng and recorded in `provenance.template`. Surface variants are applied to every
+category alike, so they carry no label information.
+
 Inputs:  seed turns (`SeedTurn`).
-Outputs: examples (`Example`) of the four categories in both settings, rejects, stats.
-Params:  `synthesize.construct.*` (see `ConstructConfig`), the top-level `seed` via the caller's rng.
+Outputs: examples (`Example`) of the four categories in both settings, rejects, stats (counts per
+         method / category / setting, pairing rate, shallow separability of the last turn).
+Params:  `synthesize.construct.*` (see `ConstructConfig`); the rng comes from the caller (top-level `seed`).
 """
 
 from __future__ import annotations
 
 import random
-from typing import Any
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator
 
 from clariedge.config import StageConfig
-from clariedge.io import Rejects
-from clariedge.schema import Example, Provenance, SeedTurn
+from clariedge.io import Rejects, describe_validation_error
+from clariedge.schema import CATEGORIES, Document, Example, Message, Provenance, SeedTurn, Setting
+
+GENERATOR = "construct"
+
+METHODS: dict[str, str] = {
+    "clear_as_is": "clear",
+    "clear_rewrite": "clear",
+    "clear_specific_docs": "clear",
+    "hn_dialog_resolves": "hard_negative",
+    "hn_generalized_in_dialog": "hard_negative",
+    "hn_documents_resolve": "hard_negative",
+    "ad_cut_before_referent": "ambiguous_dialog",
+    "ad_stitched": "ambiguous_dialog",
+    "ad_generalized_unpinned": "ambiguous_dialog",
+    "adoc_entity_collision": "ambiguous_documents",
+}
+
+DEFAULT_PER_SEED: dict[str, int] = {
+    "clear_as_is": 1,
+    "clear_rewrite": 1,
+    "clear_specific_docs": 1,
+    "hn_dialog_resolves": 1,
+    "hn_generalized_in_dialog": 1,
+    "hn_documents_resolve": 1,
+    "ad_cut_before_referent": 1,
+    "ad_stitched": 1,
+    "ad_generalized_unpinned": 1,
+    "adoc_entity_collision": 1,
+}
 
 
 class ConstructConfig(StageConfig):
     """Knobs of the construct backend (params.yaml: `synthesize.construct`)."""
 
-    per_seed: int = 1
+    per_seed: dict[str, int] = Field(
+        default_factory=lambda: dict(DEFAULT_PER_SEED),
+        description="method -> how many instances per seed turn (each gives a row per setting; 0 disables)",
+    )
+    settings: list[Setting] = Field(default_factory=lambda: ["pre_retrieval", "post_retrieval"])
+    max_documents: int = Field(5, ge=1, description="documents per post-retrieval row")
+    max_interpretations: int = Field(4, ge=2, description="entities per ambiguous_documents row (2..this)")
+    stitch_tries: int = Field(12, ge=1, description="host dialogs tried when stitching a turn elsewhere")
+    stitch_other_domain: bool = Field(True, description="stitch pronoun turns only onto another domain's dialog")
+    lead_in_prob: float = Field(0.12, ge=0.0, le=1.0, description="chance of a conversational lead-in, any category")
+    lowercase_prob: float = Field(0.15, ge=0.0, le=1.0, description="chance of lower-casing a turn, any category")
+    drop_qmark_prob: float = Field(0.1, ge=0.0, le=1.0, description="chance of dropping the final '?', any category")
+    max_turn_words: int = Field(80, ge=5, description="skip seed turns longer than this")
+    separability: bool = Field(True, description="compute the shallow-separability report (sklearn)")
+    separability_folds: int = Field(5, ge=2)
+
+    @field_validator("per_seed")
+    @classmethod
+    def _known_methods(cls, v: dict[str, int]) -> dict[str, int]:
+        unknown = sorted(set(v) - set(METHODS))
+        if unknown:
+            raise ValueError(f"unknown construct methods {unknown} (known: {', '.join(sorted(METHODS))})")
+        if any(n < 0 for n in v.values()):
+            raise ValueError("per_seed counts must be >= 0")
+        return {**{m: 0 for m in METHODS}, **v} if v else dict(DEFAULT_PER_SEED)
 
 
-def construct(seeds: list[SeedTurn], cfg: ConstructConfig, *, rng: random.Random) -> tuple[list[Example], Rejects, dict[str, Any]]:
-    """Minimal placeholder: clear rows from standalone turns (the full version follows)."""
-    rejects = Rejects()
+# =============================================================================================
+# Words and terms
+# =============================================================================================
+_WORD = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)?")
+STOP = frozenset(
+    [
+        "a",
+        "about",
+        "above",
+        "after",
+        "again",
+        "against",
+        "all",
+        "also",
+        "am",
+        "an",
+        "and",
+        "any",
+        "are",
+        "aren't",
+        "as",
+        "at",
+        "be",
+        "because",
+        "been",
+        "before",
+        "being",
+        "below",
+        "between",
+        "both",
+        "but",
+        "by",
+        "can",
+        "can't",
+        "could",
+        "couldn't",
+        "did",
+        "didn't",
+        "do",
+        "does",
+        "doesn't",
+        "doing",
+        "don't",
+        "down",
+        "during",
+        "each",
+        "few",
+        "for",
+        "from",
+        "further",
+        "get",
+        "gets",
+        "got",
+        "had",
+        "hadn't",
+        "has",
+        "hasn't",
+        "have",
+        "haven't",
+        "having",
+        "he",
+        "he'd",
+        "he'll",
+        "he's",
+        "her",
+        "here",
+        "here's",
+        "hers",
+        "herself",
+        "him",
+        "himself",
+        "his",
+        "how",
+        "how's",
+        "i",
+        "i'd",
+        "i'll",
+        "i'm",
+        "i've",
+        "if",
+        "in",
+        "into",
+        "is",
+        "isn't",
+        "it",
+        "it's",
+        "its",
+        "itself",
+        "let's",
+        "me",
+        "more",
+        "most",
+        "mustn't",
+        "my",
+        "myself",
+        "no",
+        "nor",
+        "not",
+        "of",
+        "off",
+        "on",
+        "once",
+        "only",
+        "or",
+        "other",
+        "ought",
+        "our",
+        "ours",
+        "ourselves",
+        "out",
+        "over",
+        "own",
+        "same",
+        "shan't",
+        "she",
+        "she'd",
+        "she'll",
+        "she's",
+        "should",
+        "shouldn't",
+        "so",
+        "some",
+        "such",
+        "than",
+        "that",
+        "that's",
+        "the",
+        "their",
+        "theirs",
+        "them",
+        "themselves",
+        "then",
+        "there",
+        "there's",
+        "these",
+        "they",
+        "they'd",
+        "they'll",
+        "they're",
+        "they've",
+        "this",
+        "those",
+        "through",
+        "to",
+        "too",
+        "under",
+        "until",
+        "up",
+        "very",
+        "was",
+        "wasn't",
+        "we",
+        "we'd",
+        "we'll",
+        "we're",
+        "we've",
+        "were",
+        "weren't",
+        "what",
+        "what's",
+        "when",
+        "when's",
+        "where",
+        "where's",
+        "which",
+        "while",
+        "who",
+        "who's",
+        "whom",
+        "why",
+        "why's",
+        "will",
+        "with",
+        "won't",
+        "would",
+        "wouldn't",
+        "you",
+        "you'd",
+        "you'll",
+        "you're",
+        "you've",
+        "your",
+        "yours",
+        "yourself",
+        "yourselves",
+        "ok",
+        "okay",
+        "please",
+        "tell",
+        "know",
+        "like",
+        "can",
+        "could",
+        "would",
+        "want",
+        "need",
+        "give",
+        "provide",
+        "explain",
+        "describe",
+        "mean",
+        "meant",
+        "also",
+        "just",
+        "really",
+        "thanks",
+        "thank",
+        "yes",
+        "well",
+        "much",
+        "many",
+        "way",
+        "ways",
+        "one",
+        "ones",
+        "still",
+        "even",
+        "though",
+        "something",
+        "anything",
+        "thing",
+        "things",
+        "kind",
+        "sort",
+        "lot",
+        "lots",
+        "get",
+        "got",
+        "make",
+        "made",
+        "use",
+        "used",
+        "using",
+        "regarding",
+        "regard",
+        "related",
+        "relation",
+        "respect",
+        "context",
+        "specific",
+        "specifically",
+        "particular",
+        "case",
+    ]
+)
+PRONOUNS: dict[str, str] = {
+    "it": "thing",
+    "its": "thing",
+    "this": "thing",
+    "that": "thing",
+    "here": "thing",
+    "one": "thing",
+    "he": "person",
+    "him": "person",
+    "his": "person",
+    "she": "person",
+    "her": "person",
+    "they": "group",
+    "them": "group",
+    "their": "group",
+    "these": "group",
+    "those": "group",
+    "there": "place",
+}
+_ELLIPSIS_START = re.compile(r"^\s*(what about|how about|and|also|same|any|but|so|or|what if)\b", re.I)
+_DETERMINERS = ("the", "this", "that")
+_POSSESSIVES = frozenset(
+    ["a", "an", "my", "your", "our", "their", "his", "her", "its", "any", "every", "each", "some", "no"]
+)
+_NOT_NOUNS = frozenset(
+    [
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "mean",
+        "means",
+        "meant",
+        "work",
+        "works",
+        "cost",
+        "costs",
+        "apply",
+        "applies",
+        "happen",
+        "happens",
+        "help",
+        "helps",
+        "calculated",
+        "required",
+        "needed",
+        "done",
+        "used",
+        "called",
+        "made",
+        "given",
+        "taken",
+    ]
+)
+
+
+def words(text: str) -> list[str]:
+    return [w.lower().replace("’", "'") for w in _WORD.findall(text)]
+
+
+def stem(word: str) -> str:
+    w = word.lower().replace("’", "'")
+    if w.endswith("'s"):
+        w = w[:-2]
+    if len(w) > 4 and w.endswith("ies"):
+        return w[:-3] + "y"
+    if len(w) > 4 and w.endswith(("ches", "shes", "sses", "xes")):
+        return w[:-2]
+    if len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")):
+        return w[:-1]
+    return w
+
+
+def terms(text: str) -> set[str]:
+    """Content terms: lower-cased, crudely singularised, stop words and short words removed."""
+    return {stem(w) for w in words(text) if w not in STOP and len(w) > 2}
+
+
+def mentions_any(text: str, needles: Iterable[str]) -> bool:
+    have = terms(text)
+    return any(n in have for n in needles)
+
+
+def referent_terms(seed: SeedTurn) -> set[str]:
+    """Terms the human rewrite adds to the turn: what the turn leans on the dialog for."""
+    if seed.rewrite is None or seed.is_standalone:
+        return set()
+    return terms(seed.rewrite) - terms(seed.last_turn)
+
+
+def anchored_referent(seed: SeedTurn) -> set[str]:
+    """The referent terms that the dialog before the turn supplies (the evidence it resolves the turn)."""
+    ref = referent_terms(seed)
+    prior = set().union(*(terms(m.content) for m in seed.messages[:-1])) if len(seed.messages) > 1 else set()
+    return ref & prior
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """What in a turn points outside it: a pronoun, a definite noun, or an elliptical fragment."""
+
+    kind: Literal["thing", "person", "group", "place", "noun", "ellipsis"]
+    text: str
+
+
+def find_anchor(turn: str, rewrite: str | None) -> Anchor | None:
+    toks = words(turn)
+    if not toks:
+        return None
+    rw = words(rewrite or "")
+    # a definite noun the rewrite specifies: "the plan" -> "the Lite plan"
+    for i, w in enumerate(toks[:-1]):
+        nxt = toks[i + 1]
+        if (
+            w in ("the", "this", "that", "these", "those")
+            and nxt not in STOP
+            and nxt not in _NOT_NOUNS
+            and len(nxt) > 2
+            and not nxt.endswith(("ed", "ing", "ly"))
+        ):
+            noun = nxt
+            for j, r in enumerate(rw[1:], start=1):
+                if stem(r) == stem(noun) and rw[j - 1] not in ("the", "this", "that", "these", "those", "a", "an"):
+                    return Anchor("noun", noun)
+    for w in toks:
+        if w in PRONOUNS:
+            if w == "that" and not re.search(r"\bthat\b\s*(\?|$|is|was|mean|one|work|apply|cost)", turn, re.I):
+                continue
+            if w == "one" and not re.search(r"\b(the|this|that|which|other) one\b", turn, re.I):
+                continue
+            return Anchor(PRONOUNS[w], w)  # type: ignore[arg-type]
+    if _ELLIPSIS_START.match(turn) or len(toks) <= 4:
+        return Anchor("ellipsis", _fragment(turn))
+    return None
+
+
+def _fragment(turn: str, limit: int = 8) -> str:
+    ws = turn.strip().rstrip("?.!").split()
+    return " ".join(ws[:limit]) + (" ..." if len(ws) > limit else "")
+
+
+# =============================================================================================
+# Entities: from document titles (`Head (Disambiguator)`, `Modifier Head`) and from the text itself
+# =============================================================================================
+GENERIC_HEADS = frozenset(
+    [
+        "river",
+        "lake",
+        "sea",
+        "ocean",
+        "mountain",
+        "island",
+        "city",
+        "town",
+        "county",
+        "state",
+        "country",
+        "province",
+        "region",
+        "valley",
+        "park",
+        "court",
+        "courts",
+        "order",
+        "orders",
+        "plan",
+        "plans",
+        "service",
+        "services",
+        "account",
+        "accounts",
+        "card",
+        "cards",
+        "tax",
+        "taxes",
+        "credit",
+        "fund",
+        "funds",
+        "bank",
+        "loan",
+        "loans",
+        "policy",
+        "program",
+        "programme",
+        "act",
+        "law",
+        "form",
+        "war",
+        "battle",
+        "party",
+        "team",
+        "club",
+        "league",
+        "cup",
+        "season",
+        "series",
+        "show",
+        "film",
+        "movie",
+        "novel",
+        "album",
+        "song",
+        "band",
+        "book",
+        "game",
+        "tier",
+        "instance",
+        "cluster",
+        "database",
+        "server",
+        "region",
+        "zone",
+        "key",
+        "keys",
+        "model",
+        "models",
+        "api",
+        "sdk",
+        "library",
+        "plugin",
+        "app",
+        "application",
+        "tool",
+        "tools",
+        "feature",
+        "account",
+        "certificate",
+        "bucket",
+        "function",
+        "functions",
+        "catalog",
+        "dashboard",
+        "console",
+        "agreement",
+        "contract",
+        "insurance",
+        "pension",
+        "mortgage",
+        "bond",
+        "stock",
+        "stocks",
+        "index",
+        "rate",
+        "rates",
+        "exchange",
+        "company",
+        "corporation",
+        "university",
+        "college",
+        "school",
+        "hospital",
+        "department",
+        "agency",
+        "bureau",
+        "office",
+        "program",
+        "center",
+        "centre",
+        "station",
+        "bridge",
+        "dam",
+        "canal",
+        "festival",
+        "award",
+        "prize",
+        "church",
+        "cathedral",
+        "castle",
+        "museum",
+        "airport",
+        "railway",
+        "highway",
+    ]
+)
+_TITLE_SPLIT = re.compile(r"\s+[|–—-]\s+|:\s+")
+_PAREN = re.compile(r"^(?P<name>.+?)\s*\((?P<dis>[^()]+)\)$")
+_BAD_TITLE_START = re.compile(r"^(list|lists|comparison|history|timeline|outline|index|glossary) of\b", re.I)
+_CAP = r"(?:[A-Z][\w'’&.-]*|\d[\w.]*)"
+_GENERIC_STEMS = frozenset(stem(h) for h in GENERIC_HEADS)
+_LEX_MENTION = re.compile(
+    rf"\b(?P<mod>{_CAP}(?:\s+{_CAP})*)\s+(?P<head>(?i:{'|'.join(sorted(GENERIC_HEADS, key=len, reverse=True))})s?)\b"
+)
+
+
+@dataclass(frozen=True)
+class Entity:
+    """A thing a question can name precisely or loosely: `modifier` distinguishes it within `head`."""
+
+    key: str  # group key: the shared head (lower-case)
+    head: str  # how the loose question names it ("river", "Mercury")
+    modifier: str  # what the precise question adds ("Penobscot", "planet")
+    label: str  # how a clarification names it ("the Penobscot River", "Mercury (planet)")
+    kind: Literal["paren", "suffix"]
+    title: str = ""  # the document title it came from ("" for text-derived entities)
+
+    def patterns(self) -> list[re.Pattern[str]]:
+        """Patterns matching the precise mention in a question; group `n` is the loose name."""
+        return _patterns(self.kind, self.head, self.modifier)
+
+    def mentioned_in(self, text: str) -> bool:
+        return any(p.search(text) for p in self.patterns())
+
+    def modifier_terms(self) -> set[str]:
+        return terms(self.modifier) - terms(self.head)
+
+
+_PATTERN_CACHE: dict[tuple[str, str, str], list[re.Pattern[str]]] = {}
+
+
+def _alt(options: Iterable[str]) -> str:
+    opts = sorted({o for o in options if o}, key=len, reverse=True)
+    return "(?:" + "|".join(re.escape(o).replace(" ", r"[\s-]+") for o in opts) + ")"
+
+
+def _patterns(kind: str, head: str, modifier: str) -> list[re.Pattern[str]]:
+    key = (kind, head, modifier)
+    if key in _PATTERN_CACHE:
+        return _PATTERN_CACHE[key]
+    if kind == "suffix":
+        m, h = _alt([modifier]), _alt([head])
+        pats = [rf"\b(?P<the>the\s+)?{m}[\s-]+(?P<n>{h}(?:e?s)?)\b"]
+    else:
+        names = [head]
+        first, _, rest = head.partition(" ")
+        if rest and any(c.isdigit() for c in rest):
+            names.append(rest)  # "Form 1099" is also just "1099"
+        dis = [modifier, *(p.strip() for p in modifier.split(","))]
+        dis += [w for w in modifier.replace(",", " ").split() if len(w) > 3 and w.lower() not in STOP]
+        n, d = _alt(names), _alt(dis)
+        pats = [
+            rf"\b(?P<the>the\s+)?{d}[\s-]+(?P<n>{n}s?)\b",
+            rf"\b(?P<the>the\s+)?(?P<n>{n}s?)[\s-]+{d}\b",
+            rf"\b(?P<n>{n}),?\s+the\s+{d}\b",
+            rf"\b(?P<n>{n})\s*\({d}\)",
+            rf"\b(?P<the>the\s+)?{d}\s+of\s+(?P<n>{n})\b",
+            rf"\b(?P<the>the\s+)?(?P<n>{n}s?)\s+(?:for|on|of)\s+(?:the\s+|a\s+|an\s+)?{d}\b",
+        ]
+    out = [re.compile(p, re.I) for p in pats]
+    _PATTERN_CACHE[key] = out
+    return out
+
+
+def entity_of_title(title: str) -> Entity | None:
+    """The entity a document title names (`Head (Disambiguator)` or `Modifier Head`), else None."""
+    main = _TITLE_SPLIT.split(title.strip())[0].strip() if title else ""
+    if not main or _BAD_TITLE_START.match(main):
+        return None
+    m = _PAREN.match(main)
+    if m:
+        name, dis = m["name"].strip(), m["dis"].strip()
+        if not terms(dis) and not re.search(r"\w", dis):
+            return None
+        return Entity(key=name.lower(), head=name, modifier=dis, label=f"{name} ({dis})", kind="paren", title=title)
+    ws = main.split()
+    if len(ws) < 2 or stem(ws[-1].lower()) not in _GENERIC_STEMS:
+        return None
+    return Entity(
+        key=stem(ws[-1].lower()),
+        head=ws[-1].lower(),
+        modifier=" ".join(ws[:-1]),
+        label=f"the {main}",
+        kind="suffix",
+        title=title,
+    )
+
+
+def _common_suffix(entities: Sequence[Entity]) -> list[Entity]:
+    """Widen a suffix group's head to the words all its titles share ("restraining order"); drop generic ones."""
+    split = [(e, _TITLE_SPLIT.split(e.title.strip())[0].split()) for e in entities]
+    n = 1
+    while all(len(ws) > n for _, ws in split) and len({stem(ws[-n - 1].lower()) for _, ws in split}) == 1:
+        n += 1
+    out = []
+    for e, ws in split:
+        head = " ".join(w.lower() for w in ws[-n:])
+        head = " ".join([*head.split()[:-1], stem(head.split()[-1])])
+        modifier = " ".join(ws[:-n])
+        if modifier and terms(modifier):
+            out.append(Entity(key=e.key, head=head, modifier=modifier, label=e.label, kind="suffix", title=e.title))
+    return out
+
+
+def text_entities(text: str) -> list[Entity]:
+    """`Capitalised Modifier + generic head` mentions in running text ("the Lite plan", "Penobscot River")."""
+    out = []
+    for m in _LEX_MENTION.finditer(text):
+        mod = m["mod"].strip().split()
+        while mod and (mod[0].lower() in STOP or mod[0].lower() in _DETERMINERS):
+            mod = mod[1:]  # a sentence-initial question word is not a modifier
+        if not mod or not terms(" ".join(mod)):
+            continue
+        head = stem(m["head"].lower())
+        label = f"the {' '.join(mod)} {m['head'] if m['head'][0].isupper() else head}"
+        out.append(Entity(key=head, head=head, modifier=" ".join(mod), label=label, kind="suffix"))
+    return out
+
+
+def generalize(question: str, entity: Entity, determiner: str) -> str | None:
+    """Remove the distinguishing modifier: "How long is the Penobscot River?" -> "How long is the river?"."""
+    for pat in entity.patterns():
+        m = pat.search(question)
+        if not m:
+            continue
+        name = m["n"]
+        if entity.kind == "suffix":
+            if name.lower().endswith("s") and not entity.head.endswith("s") and determiner in ("this", "that"):
+                determiner = "these" if determiner == "this" else "those"
+            before = words(question[: m.start()])[-1:]
+            if not m.groupdict().get("the") and before and before[0] in _POSSESSIVES:
+                determiner = ""  # "an IBM Cloud account" -> "an account", "my Roth IRA" -> "my IRA"
+            repl = f"{determiner} {name.lower()}".strip()
+        else:
+            proper = entity.head[:1].isupper() and " " not in entity.head and not entity.head.endswith("s")
+            has_article = bool(m.groupdict().get("the"))
+            art = f"{determiner} " if has_article and not proper else ""
+            repl = f"{art}{name}"
+        out = question[: m.start()] + repl + question[m.end() :]
+        out = re.sub(r"\s+", " ", out).strip()
+        out = re.sub(r"\b([Aa]) (?=[aeiouAEIOU])", r"\1n ", out)
+        if m.start() == 0 and question[:1].isupper():
+            out = out[:1].upper() + out[1:]
+        if entity.mentioned_in(out) or entity.modifier_terms() & terms(out):
+            return None
+        head_terms = terms(entity.head)
+        if head_terms and sum(1 for w in words(out) if stem(w) in head_terms) > len(head_terms):
+            return None  # "is the river the longest river" reads oddly
+        return out
+    return None
+
+
+# =============================================================================================
+# Wording banks (ids are recorded in provenance.template)
+# =============================================================================================
+CLARIFY: dict[str, list[str]] = {
+    "noun": [
+        "Which {noun} do you mean?",
+        "Which {noun} are you asking about?",
+        "Could you tell me which {noun} you have in mind?",
+        "I'm not sure which {noun} you're referring to. Can you name it?",
+        "Can you specify the {noun} you mean?",
+        "Sorry, which {noun} is this about?",
+        "Which particular {noun} should I look at?",
+        "Do you have a specific {noun} in mind? Which one?",
+        "Before I answer: which {noun} do you mean?",
+        "Which {noun} are you talking about here?",
+        "Just to be sure, which {noun} is your question about?",
+        "Can you say which {noun} you mean? I don't see one mentioned yet.",
+    ],
+    "thing": [
+        'What does "{anchor}" refer to here?',
+        'What are you referring to by "{anchor}"?',
+        'Could you tell me what "{anchor}" is?',
+        'Sorry, what is "{anchor}" in your question?',
+        'Can you clarify what you mean by "{anchor}"?',
+        "What exactly are you asking about?",
+        'I\'m not sure what "{anchor}" points to. What are you asking about?',
+        "Which thing are you asking about? It isn't clear from our conversation.",
+        "What is the subject of your question?",
+        "Could you name what you're asking about?",
+    ],
+    "person": [
+        'Who do you mean by "{anchor}"?',
+        "Who are you asking about?",
+        "Which person are you referring to?",
+        "Could you tell me who you mean?",
+        "Sorry, who are you talking about?",
+        "Who is this question about?",
+        'I\'m not sure who "{anchor}" is. Can you give me a name?',
+    ],
+    "group": [
+        'Who or what does "{anchor}" refer to?',
+        'Who do you mean by "{anchor}"?',
+        "Which ones are you asking about?",
+        'What are "{anchor}" in your question?',
+        'Could you say who or what you mean by "{anchor}"?',
+        "Which group or items are you asking about?",
+        "Who or what is your question about?",
+    ],
+    "place": [
+        'Where do you mean by "{anchor}"?',
+        "Which place are you asking about?",
+        "Could you tell me where you mean?",
+        'What does "{anchor}" refer to? Which place or setting?',
+        "Where is this about?",
+        "Which location do you have in mind?",
+    ],
+    "ellipsis": [
+        "Could you give me more context? What are you asking about?",
+        'What would you like to know about "{fragment}"?',
+        "Can you say more about what you'd like to know?",
+        'I\'m missing some context. What does "{fragment}" relate to?',
+        'Which topic is "{fragment}" about?',
+        "Could you rephrase that as a full question? I'm not sure what it refers to.",
+        'What is your question regarding "{fragment}"?',
+        "Can you tell me what this is about?",
+    ],
+}
+CLARIFY_DOCS: dict[str, list[str]] = {
+    "two": [
+        "Do you mean {a} or {b}?",
+        "Are you asking about {a} or {b}?",
+        "Which one do you mean: {a} or {b}?",
+        "I found information on both {a} and {b}. Which one are you interested in?",
+        "Is your question about {a} or about {b}?",
+        "There are two matches, {a} and {b}. Which did you mean?",
+        "Could you clarify whether you mean {a} or {b}?",
+        "Do you want to know about {a}, or about {b}?",
+        "{A} or {b}: which one are you asking about?",
+    ],
+    "few": [
+        "Do you mean {or_list}?",
+        "Which of these do you mean: {list}?",
+        "Are you asking about {or_list}?",
+        "The documents mention {and_list}. Which one do you mean?",
+        "Could you tell me which one you mean: {or_list}?",
+        "I see several possibilities: {list}. Which one is it?",
+    ],
+    "many": [
+        "The documents cover several: {list}. Which one do you mean?",
+        "Which one are you asking about? For example: {list}.",
+        "I found a few possibilities ({list}). Which do you mean?",
+        "There are several matches: {list}. Which one should I answer about?",
+        "Could you narrow it down? The passages mention {list}.",
+    ],
+}
+LEAD_INS = [
+    "Okay, ",
+    "Thanks. ",
+    "One more thing: ",
+    "Also, ",
+    "Quick question: ",
+    "Hmm, ",
+    "Different question: ",
+    "By the way, ",
+    "And ",
+    "So ",
+    "Got it. ",
+    "Another thing, ",
+    "Ok so ",
+    "Right, ",
+    "Unrelated, but ",
+    "Changing the subject, ",
+    "Something else: ",
+]
+
+
+def _listing(labels: Sequence[str]) -> dict[str, str]:
+    body = ", ".join(labels[:-1])
+    return {
+        "list": ", ".join(labels),
+        "or_list": f"{body} or {labels[-1]}",
+        "and_list": f"{body} and {labels[-1]}",
+    }
+
+
+def clarify_dialog(anchor: Anchor, rng: random.Random) -> tuple[str, str]:
+    bank = CLARIFY[anchor.kind]
+    i = rng.randrange(len(bank))
+    text = bank[i].format(noun=anchor.text, anchor=anchor.text, fragment=anchor.text)
+    return _cap(text), f"clarify.{anchor.kind}.{i}"
+
+
+def clarify_documents(labels: Sequence[str], rng: random.Random) -> tuple[str, str]:
+    size = "two" if len(labels) == 2 else "few" if len(labels) == 3 else "many"
+    bank = CLARIFY_DOCS[size]
+    i = rng.randrange(len(bank))
+    a, b = labels[0], labels[1]
+    text = bank[i].format(a=a, b=b, A=_cap(a), **_listing(labels))
+    return _cap(text), f"clarify_docs.{size}.{i}"
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:] if text else text
+
+
+# =============================================================================================
+# The construction
+# =============================================================================================
+@dataclass
+class _Ctx:
+    seeds: list[SeedTurn]
+    cfg: ConstructConfig
+    rng: random.Random
+    by_conv: dict[str, list[SeedTurn]]
+    groups: dict[str, dict[str, Entity]]  # entity key -> modifier(lower) -> entity (from titles)
+    docs_by_title: dict[str, list[Document]]
+    rejects: Rejects = field(default_factory=Rejects)
+    counts: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
+
+
+def _build_entities(seeds: Sequence[SeedTurn]) -> tuple[dict[str, dict[str, Entity]], dict[str, list[Document]]]:
+    docs_by_title: dict[str, dict[str, Document]] = defaultdict(dict)
+    for s in seeds:
+        for d in s.documents:
+            if d.title:
+                docs_by_title[d.title][d.doc_id] = d
+    raw: dict[str, list[Entity]] = defaultdict(list)
+    for title in sorted(docs_by_title):
+        e = entity_of_title(title)
+        if e is not None:
+            raw[e.key].append(e)
+    groups: dict[str, dict[str, Entity]] = defaultdict(dict)
+    for key, ents in sorted(raw.items()):
+        for e in _common_suffix(ents) if ents[0].kind == "suffix" else ents:
+            groups[key].setdefault(e.modifier.lower(), e)
+    colliding = {k: v for k, v in groups.items() if len(v) >= 2}
+    return colliding, {t: [docs[k] for k in sorted(docs)] for t, docs in docs_by_title.items()}
+
+
+def _surface(text: str, ctx: _Ctx) -> tuple[str, list[str]]:
+    """Category-blind surface variation of a turn: lead-in, lower-casing, dropped question mark."""
+    rng, cfg, tags = ctx.rng, ctx.cfg, []
+    if rng.random() < cfg.lead_in_prob:
+        i = rng.randrange(len(LEAD_INS))
+        first = text[:1]
+        rest = text if (text[:2].isupper() or text.startswith("I ")) else first.lower() + text[1:]
+        text, _ = LEAD_INS[i] + rest, tags.append(f"lead{i}")
+    if rng.random() < cfg.lowercase_prob:
+        text, _ = text[:1].lower() + text[1:], tags.append("lc")
+    if text.endswith("?") and rng.random() < cfg.drop_qmark_prob:
+        text, _ = text[:-1], tags.append("noq")
+    return text, tags
+
+
+def _docs(docs: Sequence[Document], ctx: _Ctx) -> list[Document]:
+    return list(docs[: ctx.cfg.max_documents])
+
+
+def _cut_dialog(messages: Sequence[Message], avoid: set[str], extra: Sequence[Entity] = ()) -> list[Message]:
+    """The dialog before the first message mentioning any `avoid` term or entity, ending on an assistant turn."""
+    cut = len(messages)
+    for i, m in enumerate(messages):
+        if (avoid and mentions_any(m.content, avoid)) or any(e.mentioned_in(m.content) for e in extra):
+            cut = i
+            break
+    while cut > 0 and messages[cut - 1].role == "user":
+        cut -= 1
+    return list(messages[:cut])
+
+
+class _Emitter:
+    """Builds, validates and counts rows for one seed."""
+
+    def __init__(self, ctx: _Ctx, seed: SeedTurn, out: list[Example]):
+        self.ctx, self.seed, self.out = ctx, seed, out
+
+    def emit(
+        self,
+        method: str,
+        setting: Setting,
+        history: Sequence[Message],
+        turn: str,
+        *,
+        documents: Sequence[Document] = (),
+        clarification: str | None = None,
+        interpretations: Sequence[str] = (),
+        resolution: str | None = None,
+        template: str = "",
+        surface: bool = True,
+    ) -> Example | None:
+        if setting not in self.ctx.cfg.settings:
+            return None
+        tags: list[str] = []
+        if surface:
+            turn, tags = _surface(turn, self.ctx)
+        tmpl = ".".join(t for t in (template, *tags) if t) or "as_is"
+        category = METHODS[method]
+        try:
+            ex = Example(
+                conversation_id=self.seed.conversation_id,
+                domain=self.seed.domain,
+                setting=setting,
+                category=category,  # type: ignore[arg-type]
+                messages=[*history, Message(role="user", content=turn)],
+                documents=list(documents) if setting == "post_retrieval" else [],
+                needs_clarification=category in ("ambiguous_dialog", "ambiguous_documents"),
+                clarification=clarification,
+                interpretations=list(interpretations),
+                resolution=resolution,
+                provenance=Provenance(generator=GENERATOR, method=method, seed_id=self.seed.id, template=tmpl),
+            )
+        except ValidationError as err:
+            self.ctx.rejects.add("invalid_row", self.seed.id, f"{method}: {describe_validation_error(err)}")
+            return None
+        self.out.append(ex)
+        self.ctx.counts[method] += 1
+        return ex
+
+    def both(self, method: str, history: Sequence[Message], turn: str, documents: Sequence[Document], **kw: Any) -> int:
+        """One row per setting (pre without documents; post only when there are documents)."""
+        n = 0
+        # the same drawn surface form in both settings keeps the pair comparable
+        state = self.ctx.rng.getstate()
+        for setting in ("pre_retrieval", "post_retrieval"):
+            if setting == "post_retrieval" and not documents:
+                continue
+            self.ctx.rng.setstate(state)
+            docs = documents if setting == "post_retrieval" else ()
+            if self.emit(method, setting, history, turn, documents=docs, **kw) is not None:  # type: ignore[arg-type]
+                n += 1
+        return n
+
+
+def _want(ctx: _Ctx, method: str) -> int:
+    return ctx.cfg.per_seed.get(method, 0)
+
+
+def _clear_rows(em: _Emitter, seed: SeedTurn) -> None:
+    ctx = em.ctx
+    history = seed.messages[:-1]
+    # standalone by a human rewrite equal to the turn, or a first turn, or a turn with nothing pointing outside it
+    judged = seed.rewrite is not None or seed.turn == 1 or find_anchor(seed.last_turn, None) is None
+    if _want(ctx, "clear_as_is") and seed.is_standalone:
+        if judged:
+            em.both("clear_as_is", history, seed.last_turn, _docs(seed.documents, ctx))
+        else:
+            ctx.skipped["clear_as_is:unjudged_reference"] += 1
+    if _want(ctx, "clear_rewrite") and seed.rewrite and not seed.is_standalone:
+        # a standalone rewrite needs no context: place it in the full dialog or where the context is missing
+        cut = _cut_dialog(history, referent_terms(seed)) if ctx.rng.random() < 0.5 else list(history)
+        em.both("clear_rewrite", cut, seed.rewrite, _docs(seed.documents, ctx))
+
+
+def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
+    """hn_dialog_resolves / ad_cut_before_referent / ad_stitched from a non-standalone turn."""
+    ctx = em.ctx
+    if seed.is_standalone or not seed.rewrite:
+        return
+    anchored = anchored_referent(seed)
+    ref = referent_terms(seed)
+    anchor = find_anchor(seed.last_turn, seed.rewrite)
+    if not anchored:
+        ctx.skipped["dialog:referent_not_in_dialog"] += 1
+        return
+    if anchor is None:
+        ctx.skipped["dialog:no_anchor_in_turn"] += 1
+        return
+    history = seed.messages[:-1]
+    if _want(ctx, "hn_dialog_resolves"):
+        em.both(
+            "hn_dialog_resolves",
+            history,
+            seed.last_turn,
+            _docs(seed.documents, ctx),
+            resolution=seed.rewrite,
+            template=f"anchor.{anchor.kind}",
+        )
+    if _want(ctx, "ad_cut_before_referent"):
+        cut = _cut_dialog(history, ref)
+        docs = _referent_free_docs(seed, ref, len(cut), ctx)
+        clar, tmpl = clarify_dialog(anchor, ctx.rng)
+        em.both("ad_cut_before_referent", cut, seed.last_turn, docs, clarification=clar, template=tmpl)
+    if anchor.kind == "ellipsis":
+        return  # "what about bicycles?" after another topic is a new question, not a missing referent
+    for _ in range(_want(ctx, "ad_stitched")):
+        host = _pick_host(seed, ref, anchor, hosts, ctx)
+        if host is None:
+            ctx.skipped["ad_stitched:no_host"] += 1
+            break
+        clar, tmpl = clarify_dialog(anchor, ctx.rng)
+        docs = host.documents if not any(mentions_any(d.title + " " + d.text, ref) for d in host.documents) else []
+        em.both("ad_stitched", host.messages[:-1], seed.last_turn, _docs(docs, ctx), clarification=clar, template=tmpl)
+
+
+def _referent_free_docs(seed: SeedTurn, ref: set[str], cut_len: int, ctx: _Ctx) -> list[Document]:
+    """Documents of an earlier turn of the same conversation that do not mention the referent."""
+    earlier = [
+        s
+        for s in ctx.by_conv[seed.conversation_id]
+        if s.turn < seed.turn and s.documents and len(s.messages) <= cut_len + 1
+    ]
+    for s in reversed(earlier):
+        if not any(mentions_any(d.title + " " + d.text, ref) for d in s.documents):
+            return _docs(s.documents, ctx)
+    return []
+
+
+def _pick_host(
+    seed: SeedTurn,
+    avoid_terms: set[str],
+    anchor: Anchor | None,
+    hosts: list[SeedTurn],
+    ctx: _Ctx,
+    avoid: Sequence[Entity] = (),
+) -> SeedTurn | None:
+    """Another conversation's dialog (>= 2 messages) that mentions neither the referent nor the anchor noun."""
+    avoid_terms = set(avoid_terms)
+    if anchor is not None and anchor.kind == "noun":
+        avoid_terms |= terms(anchor.text)
+    other_domain = ctx.cfg.stitch_other_domain and (anchor is None or anchor.kind != "noun")
+    for _ in range(ctx.cfg.stitch_tries):
+        h = hosts[ctx.rng.randrange(len(hosts))]
+        if h.conversation_id == seed.conversation_id or len(h.messages) < 2:
+            continue
+        if other_domain and h.domain == seed.domain:
+            continue
+        prior = h.messages[:-1]
+        if any(mentions_any(m.content, avoid_terms) or any(e.mentioned_in(m.content) for e in avoid) for m in prior):
+            continue
+        return h
+    return None
+
+
+def _seed_entities(seed: SeedTurn, ctx: _Ctx) -> list[tuple[Entity, str]]:
+    """Entities the seed's standalone question (the turn, or its rewrite) names precisely."""
+    question = seed.rewrite if seed.rewrite else seed.last_turn
+    if seed.rewrite is None and seed.turn > 1 and find_anchor(seed.last_turn, None) is not None:
+        return []
+    found: list[tuple[Entity, str]] = []
+    for _, group in sorted(ctx.groups.items()):
+        for _, e in sorted(group.items()):
+            if e.mentioned_in(question):
+                found.append((e, question))
+    for e in text_entities(question):
+        if all(e.key != f.key for f, _ in found):
+            found.append((e, question))
+    return found
+
+
+def _generalized_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
+    """Loose questions (modifier removed): hn in the naming dialog, ad unpinned/stitched, adoc, hn by docs."""
+    ctx = em.ctx
+    cands = _seed_entities(seed, ctx)
+    if not cands:
+        return
+    entity, question = cands[ctx.rng.randrange(len(cands))]
+    det = _DETERMINERS[ctx.rng.randrange(len(_DETERMINERS))]
+    loose = generalize(question, entity, det)
+    if loose is None or len(words(loose)) < 3:
+        ctx.skipped["generalize:failed"] += 1
+        return
+    group = ctx.groups.get(entity.key, {})
+    siblings = [e for k, e in sorted(group.items()) if k != entity.modifier.lower()]
+    family = [entity, *siblings]
+    history = seed.messages[:-1]
+    noun_anchor = Anchor("noun", entity.head)
+    gen = f"gen.{entity.kind}.{det}"
+
+    # hard negative: the dialog named this entity and no sibling, so the loose question is resolved
+    named = [e for e in family if any(e.mentioned_in(m.content) for m in history)]
+    others = {t.modifier.lower() for m in history for t in text_entities(m.content) if t.key == entity.key}
+    if _want(ctx, "hn_generalized_in_dialog") and named == [entity] and others <= {entity.modifier.lower()}:
+        em.both(
+            "hn_generalized_in_dialog", history, loose, _docs(seed.documents, ctx), resolution=question, template=gen
+        )
+    # ambiguous in the dialog: nothing before the loose question names any entity of the family
+    unpinned = _cut_dialog(history, set(), family)
+    if _want(ctx, "ad_generalized_unpinned"):
+        if siblings and ctx.rng.random() < 0.4:
+            labels = [e.label for e in family[: ctx.cfg.max_interpretations]]
+            ctx.rng.shuffle(labels)
+            clar, tmpl = clarify_documents(labels, ctx.rng)
+        else:
+            labels, (clar, tmpl) = [], clarify_dialog(noun_anchor, ctx.rng)
+        em.emit(
+            "ad_generalized_unpinned",
+            "pre_retrieval",
+            unpinned,
+            loose,
+            clarification=clar,
+            interpretations=labels,
+            template=f"{gen}.{tmpl}",
+        )
+    if _want(ctx, "ad_stitched") and ctx.rng.random() < 0.5:
+        host = _pick_host(seed, entity.modifier_terms(), noun_anchor, hosts, ctx, avoid=family)
+        if host is not None:
+            clar, tmpl = clarify_dialog(noun_anchor, ctx.rng)
+            docs = [d for d in host.documents if not any(e.mentioned_in(d.title + " " + d.text) for e in family)]
+            docs = docs if len(docs) == len(host.documents) else []
+            em.both(
+                "ad_stitched", host.messages[:-1], loose, _docs(docs, ctx), clarification=clar, template=f"{gen}.{tmpl}"
+            )
+    own_docs = [d for d in seed.documents if d.title == entity.title] if entity.title else []
+    mine = (own_docs or ctx.docs_by_title.get(entity.title, []))[:2] if entity.title else []
+    if not siblings or not mine:
+        return
+    # post-retrieval: one entity's documents resolve the loose question; several make it ambiguous
+    if _want(ctx, "hn_documents_resolve"):
+        em.emit(
+            "hn_documents_resolve",
+            "post_retrieval",
+            unpinned,
+            loose,
+            documents=_docs(mine, ctx),
+            resolution=question,
+            template=gen,
+        )
+    for i in range(max(_want(ctx, "adoc_entity_collision"), _want(ctx, "clear_specific_docs"))):
+        k = ctx.rng.randint(2, min(ctx.cfg.max_interpretations, len(family)))
+        chosen = [entity, *ctx.rng.sample(siblings, k - 1)]
+        per = max(1, ctx.cfg.max_documents // k)
+        docs: list[Document] = []
+        covered: list[Entity] = []
+        for e in chosen:
+            eds = (mine if e is entity else ctx.docs_by_title.get(e.title, []))[:per]
+            if eds:
+                docs.extend(eds)
+                covered.append(e)
+        if len(covered) < 2:
+            ctx.skipped["adoc:sibling_without_documents"] += 1
+            continue
+        ctx.rng.shuffle(docs)
+        labels = [e.label for e in covered]
+        ctx.rng.shuffle(labels)
+        if i < _want(ctx, "adoc_entity_collision"):
+            clar, tmpl = clarify_documents(labels, ctx.rng)
+            em.emit(
+                "adoc_entity_collision",
+                "post_retrieval",
+                unpinned,
+                loose,
+                documents=docs,
+                clarification=clar,
+                interpretations=labels,
+                template=f"{gen}.{tmpl}",
+            )
+        if i < _want(ctx, "clear_specific_docs"):
+            em.emit(
+                "clear_specific_docs",
+                "post_retrieval",
+                unpinned,
+                question,
+                documents=docs,
+                template=f"specific.{entity.kind}",
+            )
+
+
+def construct(
+    seeds: list[SeedTurn], cfg: ConstructConfig, *, rng: random.Random
+) -> tuple[list[Example], Rejects, dict[str, Any]]:
+    """Build examples of all four categories from `seeds`; deterministic given `rng`'s state."""
+    seeds = sorted(seeds, key=lambda s: (s.conversation_id, s.turn))
+    by_conv: dict[str, list[SeedTurn]] = defaultdict(list)
+    for s in seeds:
+        by_conv[s.conversation_id].append(s)
+    groups, docs_by_title = _build_entities(seeds)
+    ctx = _Ctx(seeds=seeds, cfg=cfg, rng=rng, by_conv=by_conv, groups=groups, docs_by_title=docs_by_title)
+    hosts = [s for s in seeds if len(s.messages) >= 2]
     out: list[Example] = []
     for seed in seeds:
-        if not seed.is_standalone:
+        if len(words(seed.last_turn)) > cfg.max_turn_words:
+            ctx.skipped["seed:too_long"] += 1
             continue
-        prov = Provenance(generator="construct", method="clear_as_is", seed_id=seed.id, template="as_is")
-        out.append(Example(conversation_id=seed.conversation_id, domain=seed.domain, setting="pre_retrieval",
-                           category="clear", messages=seed.messages, needs_clarification=False, provenance=prov))
-    return out, rejects, {"rows": len(out)}
+        em = _Emitter(ctx, seed, out)
+        _clear_rows(em, seed)
+        _dialog_rows(em, seed, hosts)
+        _generalized_rows(em, seed, hosts)
+    rows = _dedup(out, ctx)
+    rows.sort(key=lambda e: (e.conversation_id, e.provenance.seed_id, e.category, e.setting, e.id))
+    stats = _stats(rows, ctx, len(seeds), cfg)
+    return rows, ctx.rejects, stats
+
+
+def _dedup(rows: list[Example], ctx: _Ctx) -> list[Example]:
+    seen: dict[str, Example] = {}
+    for r in rows:
+        if r.id in seen:
+            ctx.skipped["duplicate_id"] += 1
+            continue
+        seen[r.id] = r
+    return list(seen.values())
+
+
+# =============================================================================================
+# Stats and the shallow-separability report
+# =============================================================================================
+def _stats(rows: list[Example], ctx: _Ctx, n_seeds: int, cfg: ConstructConfig) -> dict[str, Any]:
+    cells = Counter(f"{r.category}/{r.setting}" for r in rows)
+    by_seed: dict[str, set[str]] = defaultdict(set)
+    for r in rows:
+        by_seed[r.provenance.seed_id].add(r.category)
+    amb = [r for r in rows if r.needs_clarification]
+    paired = sum(1 for r in amb if "hard_negative" in by_seed[r.provenance.seed_id])
+    stats: dict[str, Any] = {
+        "seeds": n_seeds,
+        "rows": len(rows),
+        "by_category_setting": dict(sorted(cells.items())),
+        "by_category": dict(sorted(Counter(r.category for r in rows).items())),
+        "by_method": dict(sorted(Counter(r.provenance.method or "" for r in rows).items())),
+        "skipped": dict(sorted(ctx.skipped.items())),
+        "entity_groups": len(ctx.groups),
+        "ambiguous_paired_with_hard_negative": round(paired / len(amb), 4) if amb else 0.0,
+        "last_turn_words_mean": {
+            c: round(
+                sum(len(words(r.last_turn)) for r in rows if r.category == c)
+                / max(1, sum(1 for r in rows if r.category == c)),
+                2,
+            )
+            for c in CATEGORIES
+        },
+    }
+    stats.update(ctx.rejects.counts())
+    if cfg.separability:
+        stats["shallow_separability"] = shallow_separability(rows, folds=cfg.separability_folds)
+    return stats
+
+
+def shallow_separability(rows: Sequence[Example], folds: int = 5) -> dict[str, Any]:
+    """How well a bag-of-words logistic regression on the LAST TURN ALONE tells each category from the rest.
+
+    Out-of-fold ROC AUC with folds grouped by conversation (0.5 = chance, 1.0 = a telltale artifact),
+    per category (one vs rest), for the binary decision `needs_clarification`, and the same for the
+    last turn's length alone (a length artifact shows there).
+    """
+    import numpy as np
+    from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+    from sklearn.model_selection import GroupKFold
+
+    texts = [r.last_turn for r in rows]
+    groups = [r.conversation_id for r in rows]
+    n_groups = len(set(groups))
+    if n_groups < 2 or len(rows) < 10:
+        return {"note": "too few rows or conversations"}
+    k = min(folds, n_groups)
+    lengths = np.array([len(words(t)) for t in texts], dtype=float)
+    targets = {c: np.array([r.category == c for r in rows]) for c in CATEGORIES}
+    targets["needs_clarification"] = np.array([r.needs_clarification for r in rows])
+    bow: dict[str, float | None] = {}
+    length: dict[str, float | None] = {}
+    splits = list(GroupKFold(n_splits=k).split(texts, groups=groups))
+    for name, y in targets.items():
+        if y.sum() < k or (~y).sum() < k:
+            bow[name] = length[name] = None
+            continue
+        oof = np.zeros(len(rows))
+        for train, test in splits:
+            if len(set(y[train])) < 2:
+                oof[test] = y[train].mean()
+                continue
+            vec = CountVectorizer(lowercase=True, token_pattern=r"(?u)\b\w+\b", ngram_range=(1, 2), binary=True)
+            x_train = vec.fit_transform([texts[i] for i in train])
+            clf = LogisticRegression(max_iter=2000, C=1.0)
+            clf.fit(x_train, y[train])
+            oof[test] = clf.predict_proba(vec.transform([texts[i] for i in test]))[:, 1]
+        bow[name] = round(float(roc_auc_score(y, oof)), 4)
+        auc_len = float(roc_auc_score(y, lengths))
+        length[name] = round(max(auc_len, 1 - auc_len), 4)
+    return {"metric": "roc_auc_oof_grouped", "folds": k, "bow_last_turn": bow, "length_only": length}
