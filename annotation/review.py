@@ -1,0 +1,695 @@
+"""Review stage: human review of examples in Argilla (push records, pull annotators' responses).
+
+Inputs:  data/filtered.parquet (Example rows)
+Outputs: data/reviewed.parquet (Example rows with review_status and annotations, discarded ones removed),
+         data/review_discarded.parquet (records annotators discarded, kept apart),
+         data/review_snapshot.jsonl (the pulled responses, one line per record: what the output is built from),
+         metrics/review.json (counts)
+Params (`review:` in params.yaml):
+  mode          none (offline default: generator labels pass through, marked "unreviewed") |
+                argilla (push to and pull from a live server; URL/key from ARGILLA_API_URL / ARGILLA_API_KEY) |
+                import (an Argilla dataset exported with `Dataset.to_disk`, read from `import_path`)
+  dataset       base name; the settings version is appended (`clariedge-review-v1`)
+  workspace     Argilla workspace
+  min_submitted submitted responses that complete a record (Argilla's overlap task distribution)
+  batch_size    records per bulk request on push
+  incomplete    what to do with records short of `min_submitted` submissions:
+                keep_generator_label (keep, review_status "pending") | drop | wait (fail until annotated)
+  consensus     majority (relabel complete records to the annotators' majority category) | generator
+  import_path   folder written by `Dataset.to_disk`, for mode import
+  recheck_suffix  name part of the dataset `send_back` fills (`clariedge-review-recheck-v1`)
+  timeout_s     HTTP timeout
+  owner, annotators  user names `clariedge review up` creates on the local server
+
+Three layers: pure `example_to_record` / `snapshot_from_api` / `snapshot_from_export` / `transform`;
+the server side (`Connection`, `push`, `pull_snapshot`, `send_back`); and `run` (files in, files out).
+Record ids are example ids, so a re-push updates records and never duplicates them; each pushed record
+carries a hash of its content, so a push that stopped half way resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from clariedge.annotation import settings as S
+from clariedge.config import StageConfig
+from clariedge.io import read_records, write_json, write_jsonl, write_records
+from clariedge.schema import AMBIGUOUS, CATEGORIES, Annotation, Example, content_id
+
+log = logging.getLogger(__name__)
+
+Mode = Literal["none", "argilla", "import"]
+IncompletePolicy = Literal["keep_generator_label", "drop", "wait"]
+
+
+class ReviewConfig(StageConfig):
+    mode: Mode = "none"
+    dataset: str = "clariedge-review"
+    workspace: str = "default"
+    min_submitted: int = Field(2, ge=1)
+    batch_size: int = Field(100, ge=1, le=500)
+    incomplete: IncompletePolicy = "keep_generator_label"
+    consensus: Literal["majority", "generator"] = "majority"
+    import_path: str = "data/argilla_export"
+    recheck_suffix: str = "recheck"
+    timeout_s: float = Field(30.0, gt=0)
+    owner: str = "owner"
+    annotators: list[str] = ["annotator-1", "annotator-2"]
+    # Filled by the CLI from ARGILLA_API_URL / ARGILLA_API_KEY; leave them out of params.yaml.
+    api_url: str | None = None
+    api_key: str | None = None
+
+    @property
+    def dataset_name(self) -> str:
+        return S.dataset_name(self.dataset)
+
+    @property
+    def recheck_dataset_name(self) -> str:
+        return S.dataset_name(f"{self.dataset}-{self.recheck_suffix}")
+
+
+class ReviewError(RuntimeError):
+    """A review problem worth one clear line: server down, wrong key, changed settings, missing export."""
+
+
+class ReviewIncomplete(ReviewError):
+    """`incomplete: wait` and some records still need annotation."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure core: examples -> Argilla records; Argilla responses -> snapshot -> reviewed examples
+# ---------------------------------------------------------------------------------------------
+_AGENT_BAD = re.compile(r"[^a-zA-Z0-9\-_:./\s]")
+NO_DOCUMENTS = "_No documents: this is a pre-retrieval record. Judge the turn from the dialog alone._"
+
+
+def render_documents(ex: Example) -> str:
+    """The retrieved documents as readable markdown: a numbered title, the doc id, the text."""
+    if not ex.documents:
+        return NO_DOCUMENTS
+    parts = []
+    for i, doc in enumerate(ex.documents, 1):
+        title = (doc.title or doc.doc_id).replace("\n", " ").strip()
+        parts.append(f"### {i}. {title}\n\n`{doc.doc_id}`\n\n{doc.text.strip()}")
+    return "\n\n---\n\n".join(parts)
+
+
+def agent_name(ex: Example) -> str:
+    """The suggestion agent: the generator (and its model), in the characters Argilla accepts."""
+    p = ex.provenance
+    name = f"{p.generator}:{p.model}" if p.model else p.generator
+    return _AGENT_BAD.sub("_", name)[:200] or "generator"
+
+
+def example_to_record(ex: Example, label_quality: float | None = None) -> dict[str, Any]:
+    """One Argilla record (REST shape, questions by name) for an example; `external_id` is the example id."""
+    fields = {
+        S.FIELD_DIALOG: [{"role": m.role, "content": m.content} for m in ex.messages],
+        S.FIELD_DOCUMENTS: render_documents(ex),
+        S.FIELD_FINAL_TURN: ex.last_turn,
+    }
+    quality = ex.label_quality if label_quality is None else label_quality
+    metadata: dict[str, Any] = {
+        S.META_CATEGORY: ex.category,
+        "setting": ex.setting,
+        "domain": ex.domain,
+        "generator": ex.provenance.generator,
+    }
+    if quality is not None:
+        metadata[S.META_LABEL_QUALITY] = float(quality)
+    agent, score = agent_name(ex), ex.provenance.score
+    suggestions = [
+        {"question": S.Q_NEEDS, "value": "yes" if ex.needs_clarification else "no", "agent": agent, "score": score},
+        {"question": S.Q_CATEGORY, "value": ex.category, "agent": agent, "score": score},
+    ]
+    if ex.clarification:
+        suggestions.append({"question": S.Q_CLARIFICATION, "value": ex.clarification, "agent": agent, "score": score})
+    record = {"external_id": ex.id, "fields": fields, "metadata": metadata, "suggestions": suggestions}
+    metadata[S.META_PUSH_HASH] = content_id(record, length=24)
+    return record
+
+
+def _response_values(values: dict[str, Any]) -> dict[str, Any]:
+    """REST `{"q": {"value": v}}` -> `{"q": v}` (already-flat values pass through)."""
+    out = {}
+    for name, v in (values or {}).items():
+        out[name] = v.get("value") if isinstance(v, dict) else v
+    return dict(sorted(out.items()))
+
+
+def snapshot_from_api(records: Iterable[dict[str, Any]], usernames: dict[str, str]) -> list[dict[str, Any]]:
+    """Records as the REST API lists them (with responses) -> snapshot rows; drafts are left out."""
+    rows = []
+    for rec in records:
+        responses, drafts = [], 0
+        for resp in rec.get("responses") or []:
+            if resp.get("status") == "draft":
+                drafts += 1
+                continue
+            uid = str(resp.get("user_id"))
+            responses.append(
+                {
+                    "annotator": usernames.get(uid, uid),
+                    "status": resp.get("status"),
+                    "values": _response_values(resp.get("values") or {}),
+                }
+            )
+        rows.append(
+            {
+                "record_id": rec.get("external_id") or str(rec.get("id")),
+                "record_status": rec.get("status", "pending"),
+                "responses": sorted(responses, key=lambda r: r["annotator"]),
+                "drafts": drafts,
+            }
+        )
+    return sorted(rows, key=lambda r: r["record_id"])
+
+
+def snapshot_from_export(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Records from `Dataset.to_disk` (records.json) -> snapshot rows.
+
+    The export groups responses by question and names annotators by user id only; a discard with no
+    answers has no question to sit under, so the SDK's export does not carry it (pull from the server
+    to see those).
+    """
+    rows = []
+    for rec in records:
+        by_user: dict[str, dict[str, Any]] = {}
+        for question, answers in (rec.get("responses") or {}).items():
+            for ans in answers or []:
+                uid = str(ans.get("user_id"))
+                entry = by_user.setdefault(uid, {"annotator": uid, "status": ans.get("status"), "values": {}})
+                entry["values"][question] = ans.get("value")
+                if ans.get("status") == "draft":
+                    entry["status"] = "draft"
+        responses = [dict(r, values=dict(sorted(r["values"].items()))) for r in by_user.values()]
+        kept = [r for r in responses if r["status"] in ("submitted", "discarded")]
+        rows.append(
+            {
+                "record_id": str(rec.get("id")),
+                "record_status": rec.get("status") or "pending",
+                "responses": sorted(kept, key=lambda r: r["annotator"]),
+                "drafts": len(responses) - len(kept),
+            }
+        )
+    return sorted(rows, key=lambda r: r["record_id"])
+
+
+def to_annotation(response: dict[str, Any]) -> Annotation:
+    """One snapshot response -> `schema.Annotation`; answers outside the schema become None."""
+    v = response.get("values") or {}
+    needs = v.get(S.Q_NEEDS)
+    category = v.get(S.Q_CATEGORY)
+    rating = v.get(S.Q_RATING)
+    text = v.get(S.Q_CLARIFICATION)
+    return Annotation(
+        annotator=str(response["annotator"]),
+        status=response["status"],
+        needs_clarification={"yes": True, "no": False}.get(needs) if isinstance(needs, str) else None,
+        clarification=(text.strip() or None) if isinstance(text, str) else None,
+        category=category if category in CATEGORIES else None,
+        rating=rating if isinstance(rating, int) and 1 <= rating <= 5 else None,
+    )
+
+
+def long_format(examples: Sequence[Example], question: str = "category") -> list[dict[str, Any]]:
+    """Submitted annotations as long-format rows {task, annotator, label}: what
+    `cleanlab.multiannotator.convert_long_to_wide_dataset` takes."""
+    rows = []
+    for ex in examples:
+        for a in ex.annotations:
+            value = getattr(a, question)
+            if a.status == "submitted" and value is not None:
+                rows.append({"task": ex.id, "annotator": a.annotator, "label": value})
+    return rows
+
+
+def _majority(values: list[str], prefer: str | None) -> str:
+    counts = Counter(values)
+    top = max(counts.values())
+    tied = sorted(v for v, n in counts.items() if n == top)
+    return prefer if prefer in tied else tied[0]
+
+
+def _relabel(ex: Example, submitted: list[Annotation]) -> tuple[Example, str]:
+    """The annotators' majority label on `ex` (id kept); the outcome is a stats key."""
+    votes = [a.category for a in submitted if a.category is not None]
+    if not votes:
+        return ex, "kept_no_category_answer"
+    category = _majority(votes, ex.category)
+    clarification: str | None = None
+    if category in AMBIGUOUS:
+        texts = [a.clarification for a in submitted if a.category == category and a.clarification]
+        preferred = ex.clarification if ex.clarification in texts else None
+        clarification = _majority(texts, preferred) if texts else ex.clarification
+        if not clarification:
+            return ex, "kept_missing_clarification"
+    if category == ex.category and clarification == ex.clarification:
+        return ex, "agreed"
+    data = ex.model_dump()
+    data.update(category=category, needs_clarification=category in AMBIGUOUS, clarification=clarification)
+    try:
+        return Example.model_validate(data), "relabelled"
+    except ValueError:  # e.g. ambiguous_documents voted on a pre-retrieval record
+        return ex, "kept_invalid_majority"
+
+
+def transform(
+    examples: Sequence[Example], snapshot: Sequence[dict[str, Any]], cfg: ReviewConfig
+) -> tuple[list[Example], list[Example], dict[str, Any]]:
+    """Apply pulled responses to examples -> (reviewed, discarded, stats).
+
+    A record is discarded when it has a discard and no more submissions than discards; complete when it
+    has `min_submitted` submissions (then relabelled to the majority if `consensus: majority`); the rest
+    follow `incomplete`. Annotations are kept long-format, one per annotator, discards included.
+    """
+    by_id = {row["record_id"]: row for row in snapshot}
+    reviewed: list[Example] = []
+    discarded: list[Example] = []
+    stats: Counter[str] = Counter()
+    waiting: list[str] = []
+    annotators: set[str] = set()
+    for ex in sorted(examples, key=lambda e: e.id):
+        row = by_id.get(ex.id)
+        stats["drafts_ignored"] += row["drafts"] if row else 0
+        annotations = sorted((to_annotation(r) for r in (row or {}).get("responses", [])), key=lambda a: a.annotator)
+        annotators.update(a.annotator for a in annotations)
+        submitted = [a for a in annotations if a.status == "submitted"]
+        n_discarded = len(annotations) - len(submitted)
+        if n_discarded and n_discarded >= len(submitted):
+            discarded.append(ex.model_copy(update={"review_status": "discarded", "annotations": annotations}))
+            stats["discarded"] += 1
+            continue
+        if len(submitted) >= cfg.min_submitted:
+            out, outcome = _relabel(ex, submitted) if cfg.consensus == "majority" else (ex, "agreed")
+            stats[outcome] += 1
+            reviewed.append(out.model_copy(update={"review_status": "reviewed", "annotations": annotations}))
+            stats["reviewed"] += 1
+            continue
+        if cfg.mode == "none" or row is None and cfg.mode == "import":
+            reviewed.append(ex.model_copy(update={"review_status": "unreviewed", "annotations": annotations}))
+            stats["unreviewed"] += 1
+        elif cfg.incomplete == "drop":
+            stats["dropped_incomplete"] += 1
+        elif cfg.incomplete == "wait":
+            waiting.append(ex.id)
+        else:
+            reviewed.append(ex.model_copy(update={"review_status": "pending", "annotations": annotations}))
+            stats["pending"] += 1
+    if waiting:
+        raise ReviewIncomplete(
+            f"{len(waiting)} of {len(examples)} records have fewer than {cfg.min_submitted} submitted responses "
+            f"(review.incomplete is 'wait'): annotate them in the Argilla UI, then run again (first: {waiting[0]})"
+        )
+    out_stats: dict[str, Any] = {
+        "mode": cfg.mode,
+        "rows_in": len(examples),
+        "rows_out": len(reviewed),
+        "annotations": sum(len(e.annotations) for e in reviewed + discarded),
+        "annotators": len(annotators),
+        "snapshot_records": len(snapshot),
+        "snapshot_unmatched": len(set(by_id) - {e.id for e in examples}),
+    }
+    for key in ("reviewed", "pending", "unreviewed", "discarded", "dropped_incomplete", "drafts_ignored"):
+        out_stats[key] = stats.get(key, 0)
+    for key in ("agreed", "relabelled", "kept_no_category_answer", "kept_missing_clarification"):
+        out_stats[f"consensus_{key}"] = stats.get(key, 0)
+    out_stats["consensus_kept_invalid_majority"] = stats.get("kept_invalid_majority", 0)
+    return reviewed, discarded, dict(sorted(out_stats.items()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Server side: a thin REST client (the endpoints the SDK and the UI use) + the SDK for creation
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Connection:
+    """An authenticated session with one Argilla server; errors become one-line `ReviewError`s."""
+
+    url: str
+    key: str
+    timeout: float = 30.0
+    me: dict[str, Any] = field(default_factory=dict)
+    _http: Any = None
+
+    @classmethod
+    def open(cls, url: str | None, key: str | None, timeout: float = 30.0) -> Connection:
+        if not url:
+            raise ReviewError("no Argilla URL: set ARGILLA_API_URL (e.g. http://127.0.0.1:6900)")
+        if not key:
+            raise ReviewError("no Argilla API key: set ARGILLA_API_KEY (`clariedge review up` prints it)")
+        import httpx
+
+        conn = cls(url=url.rstrip("/"), key=key, timeout=timeout)
+        conn._http = httpx.Client(base_url=conn.url, headers={"X-Argilla-Api-Key": key}, timeout=timeout)
+        conn.me = conn.request("GET", "/api/v1/me")
+        return conn
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        import httpx
+
+        try:
+            resp = self._http.request(method, path, **kwargs)
+        except httpx.TimeoutException as err:
+            raise ReviewError(
+                f"Argilla at {self.url} did not answer within {self.timeout:g}s ({method} {path})"
+            ) from err
+        except httpx.TransportError as err:
+            raise ReviewError(
+                f"cannot reach Argilla at {self.url} ({err}); start it (`clariedge review up`) or fix ARGILLA_API_URL"
+            ) from err
+        if resp.status_code == 401:
+            raise ReviewError(f"Argilla at {self.url} rejected the API key (check ARGILLA_API_KEY)")
+        if resp.status_code == 403:
+            raise ReviewError(
+                f"the Argilla user {self.me.get('username', '?')!r} may not {method} {path}: use an owner or admin key"
+            )
+        if resp.status_code >= 400:
+            raise ReviewError(f"Argilla {method} {path} failed with HTTP {resp.status_code}: {resp.text[:300]}")
+        return resp.json() if resp.content else None
+
+    def sdk(self) -> Any:
+        """An `rg.Argilla` client for the same server (the SDK builds dataset settings)."""
+        import argilla as rg
+
+        try:
+            return rg.Argilla(api_url=self.url, api_key=self.key, timeout=int(self.timeout))
+        except Exception as err:  # the SDK raises its own and httpx errors here
+            raise ReviewError(f"Argilla SDK could not connect to {self.url}: {err}") from err
+
+    # ---- datasets -------------------------------------------------------------------------
+    def workspace_id(self, name: str) -> str:
+        for ws in self.request("GET", "/api/v1/me/workspaces")["items"]:
+            if ws["name"] == name:
+                return ws["id"]
+        raise ReviewError(f"Argilla workspace {name!r} not found on {self.url} (review.workspace)")
+
+    def find_dataset(self, name: str, workspace: str) -> dict[str, Any] | None:
+        ws_id = self.workspace_id(workspace)
+        for ds in self.request("GET", "/api/v1/me/datasets")["items"]:
+            if ds["name"] == name and ds["workspace_id"] == ws_id:
+                return ds
+        return None
+
+    def live_settings(self, dataset: dict[str, Any]) -> dict[str, Any]:
+        """A live dataset's settings in `settings_spec` shape."""
+        ds_id = dataset["id"]
+        fields = [
+            {"name": f["name"], "type": f["settings"]["type"]}
+            for f in self.request("GET", f"/api/v1/datasets/{ds_id}/fields")["items"]
+        ]
+        questions = []
+        for q in self.request("GET", f"/api/v1/datasets/{ds_id}/questions")["items"]:
+            entry: dict[str, Any] = {"name": q["name"], "type": q["settings"]["type"]}
+            options = [o["value"] for o in q["settings"].get("options") or []]
+            if entry["type"] == "label_selection":
+                entry["labels"] = options
+            elif entry["type"] == "rating":
+                entry["values"] = options
+            questions.append(entry)
+        metadata = [
+            {"name": m["name"], "type": m["settings"]["type"]}
+            for m in self.request("GET", f"/api/v1/me/datasets/{ds_id}/metadata-properties")["items"]
+        ]
+        return {
+            "fields": fields,
+            "questions": questions,
+            "metadata": metadata,
+            "distribution": dataset.get("distribution") or {},
+        }
+
+    def question_ids(self, dataset_id: str) -> dict[str, str]:
+        return {q["name"]: q["id"] for q in self.request("GET", f"/api/v1/datasets/{dataset_id}/questions")["items"]}
+
+    def usernames(self) -> dict[str, str]:
+        return {u["id"]: u["username"] for u in self.request("GET", "/api/v1/users")["items"]}
+
+    def list_records(self, dataset_id: str, include: Sequence[str] = (), page: int = 1000) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        offset = 0
+        while True:
+            params: list[tuple[str, Any]] = [("offset", offset), ("limit", page), *(("include", i) for i in include)]
+            data = self.request("GET", f"/api/v1/datasets/{dataset_id}/records", params=params)
+            out.extend(data["items"])
+            offset += len(data["items"])
+            if not data["items"] or offset >= data.get("total", offset):
+                return out
+
+
+def ensure_dataset(conn: Connection, name: str, cfg: ReviewConfig, *, create: bool = True) -> dict[str, Any]:
+    """The live dataset `name`, created from `settings_spec` if missing; a dataset whose settings differ
+    from the code is an error (settings cannot change after creation: bump `SETTINGS_VERSION`)."""
+    spec = S.settings_spec(cfg.min_submitted)
+    ds = conn.find_dataset(name, cfg.workspace)
+    if ds is not None and ds.get("status") == "draft":
+        # a creation that failed half way: it has no records yet, so it is safe to start it again
+        log.warning("dataset %s was left half-created (draft); creating it again", name)
+        conn.request("DELETE", f"/api/v1/datasets/{ds['id']}")
+        ds = None
+    if ds is None:
+        if not create:
+            raise ReviewError(f"dataset {name!r} not found in workspace {cfg.workspace!r} on {conn.url}: push first")
+        import argilla as rg
+
+        client = conn.sdk()
+        try:
+            rg.Dataset(
+                name=name, workspace=cfg.workspace, settings=S.build_settings(spec, client), client=client
+            ).create()
+        except Exception as err:
+            raise ReviewError(f"could not create dataset {name!r}: {err}") from err
+        ds = conn.find_dataset(name, cfg.workspace)
+        if ds is None:
+            raise ReviewError(f"dataset {name!r} was created but cannot be found again")
+        log.info("created dataset %s (min_submitted=%d)", name, cfg.min_submitted)
+        return ds
+    problems = S.settings_mismatch(spec, conn.live_settings(ds))
+    if problems:
+        raise ReviewError(
+            f"dataset {name!r} on {conn.url} has other settings than this code ({'; '.join(problems)}): "
+            "bump SETTINGS_VERSION in annotation/settings.py (a new dataset name) or delete the old dataset; "
+            "nothing was changed"
+        )
+    return ds
+
+
+def _api_record(record: dict[str, Any], question_ids: dict[str, str]) -> dict[str, Any]:
+    sugg = []
+    for s in record["suggestions"]:
+        item = {"question_id": question_ids[s["question"]], "value": s["value"], "agent": s["agent"], "type": "model"}
+        if s.get("score") is not None:
+            item["score"] = s["score"]
+        sugg.append(item)
+    return {
+        "external_id": record["external_id"],
+        "fields": record["fields"],
+        "metadata": record["metadata"],
+        "suggestions": sugg,
+    }
+
+
+def push_records(
+    conn: Connection,
+    dataset: dict[str, Any],
+    records: Sequence[dict[str, Any]],
+    cfg: ReviewConfig,
+    *,
+    force: bool = False,
+    progress: bool = True,
+    on_batch: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Upsert records in batches (ids = example ids). Records whose content hash is already on the server
+    are skipped unless `force`, so a re-run after a failure sends only what is missing. A batch the
+    server refuses (HTTP 422) is retried one record at a time; refused records are counted and listed."""
+    from tqdm import tqdm
+
+    existing = {
+        r["external_id"]: (r.get("metadata") or {}).get(S.META_PUSH_HASH)
+        for r in conn.list_records(dataset["id"])
+        if r.get("external_id")
+    }
+    todo = [r for r in records if force or existing.get(r["external_id"]) != r["metadata"][S.META_PUSH_HASH]]
+    qids = conn.question_ids(dataset["id"])
+    stats: dict[str, Any] = {
+        "records": len(records),
+        "skipped_unchanged": len(records) - len(todo),
+        "created": sum(1 for r in todo if r["external_id"] not in existing),
+        "updated": sum(1 for r in todo if r["external_id"] in existing),
+        "sent": 0,
+        "refused": [],
+    }
+    path = f"/api/v1/datasets/{dataset['id']}/records/bulk"
+    bar = tqdm(total=len(todo), unit="rec", desc=f"push {dataset['name']}", disable=not progress or not todo)
+    try:
+        for start in range(0, len(todo), cfg.batch_size):
+            batch = todo[start : start + cfg.batch_size]
+            try:
+                conn.request("PUT", path, json={"items": [_api_record(r, qids) for r in batch]})
+            except ReviewError as err:
+                if "HTTP 422" not in str(err):
+                    raise ReviewError(
+                        f"push to {dataset['name']!r} stopped after {stats['sent']} of {len(todo)} records: {err}. "
+                        "Pushed records are kept; run the push again to send the rest"
+                    ) from err
+                for r in batch:  # find the refused record(s); the rest still go in
+                    try:
+                        conn.request("PUT", path, json={"items": [_api_record(r, qids)]})
+                    except ReviewError as one:
+                        if "HTTP 422" not in str(one):
+                            raise
+                        stats["refused"].append({"id": r["external_id"], "error": str(one)[:300]})
+            stats["sent"] += len(batch)
+            bar.update(len(batch))
+            if on_batch is not None:
+                on_batch(stats["sent"], len(todo))
+    finally:
+        bar.close()
+    return stats
+
+
+def push(
+    examples: Sequence[Example],
+    cfg: ReviewConfig,
+    *,
+    dataset: str | None = None,
+    label_quality: dict[str, float] | None = None,
+    force: bool = False,
+    progress: bool = True,
+    on_batch: Callable[[int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Push examples as records to the dataset (default: `cfg.dataset_name`), creating it if needed."""
+    conn = Connection.open(cfg.api_url, cfg.api_key, cfg.timeout_s)
+    try:
+        ds = ensure_dataset(conn, dataset or cfg.dataset_name, cfg)
+        lq = label_quality or {}
+        records = [example_to_record(ex, lq.get(ex.id)) for ex in examples]
+        stats = push_records(conn, ds, records, cfg, force=force, progress=progress, on_batch=on_batch)
+        stats["dataset"] = ds["name"]
+        return stats
+    finally:
+        conn.close()
+
+
+def pull_snapshot(cfg: ReviewConfig, *, dataset: str | None = None) -> list[dict[str, Any]]:
+    """Every record of the live dataset with its submitted/discarded responses (drafts counted, not kept)."""
+    conn = Connection.open(cfg.api_url, cfg.api_key, cfg.timeout_s)
+    try:
+        ds = ensure_dataset(conn, dataset or cfg.dataset_name, cfg, create=False)
+        names = conn.usernames()
+        return snapshot_from_api(conn.list_records(ds["id"], include=("responses",)), names)
+    finally:
+        conn.close()
+
+
+def read_export(path: str | Path) -> list[dict[str, Any]]:
+    """Snapshot rows from a folder written by `Dataset.to_disk` (records.json beside .argilla/)."""
+    path = Path(path)
+    records_file = path / "records.json"
+    if not records_file.exists():
+        raise ReviewError(
+            f"{records_file}: no Argilla export here (review.import_path); write one with "
+            "`clariedge review export` or the SDK's `dataset.to_disk(path)`"
+        )
+    try:
+        records = json.loads(records_file.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ReviewError(f"{records_file}: not valid JSON ({err})") from None
+    if not isinstance(records, list):
+        raise ReviewError(f"{records_file}: expected a JSON list of records")
+    return snapshot_from_export(records)
+
+
+def export_dataset(cfg: ReviewConfig, path: str | Path, *, dataset: str | None = None) -> Path:
+    """Write the live dataset to `path` with the SDK's `Dataset.to_disk` (what mode `import` reads)."""
+    conn = Connection.open(cfg.api_url, cfg.api_key, cfg.timeout_s)
+    try:
+        name = dataset or cfg.dataset_name
+        ensure_dataset(conn, name, cfg, create=False)
+        client = conn.sdk()
+    finally:
+        conn.close()
+    path = Path(path)
+    if path.exists() and any(path.iterdir()):
+        raise ReviewError(f"{path}: the export folder must be empty or absent")
+    path.mkdir(parents=True, exist_ok=True)
+    client.datasets(name, workspace=cfg.workspace).to_disk(str(path))
+    return path
+
+
+def send_back(examples: Sequence[Example], label_quality: dict[str, float], cfg: ReviewConfig) -> dict[str, Any]:
+    """Send records flagged by cleaning back for a second look, worst first.
+
+    `examples`: the flagged examples; `label_quality`: example id -> score in [0, 1] (low = suspect; ids
+    missing here fall back to `Example.label_quality`); `cfg`: the review config, with `api_url`/`api_key`
+    filled (the CLI does it from ARGILLA_API_URL / ARGILLA_API_KEY). The records go to the recheck
+    dataset (`clariedge-review-recheck-v1`, same settings) in ascending label quality, with the score as
+    `label_quality` metadata, so annotators meet the worst first and can sort or filter by it. Idempotent
+    (ids = example ids). With `review.mode` other than argilla nothing is sent and the stats say so.
+    Returns push stats: records, created, updated, skipped_unchanged, refused, dataset.
+    """
+    if cfg.mode != "argilla":
+        return {"records": len(examples), "sent": 0, "skipped_reason": f"review.mode is {cfg.mode!r}"}
+
+    def score(ex: Example) -> float:
+        value = label_quality.get(ex.id, ex.label_quality)
+        return 1.0 if value is None else float(value)
+
+    ordered = sorted(examples, key=lambda ex: (score(ex), ex.id))
+    scores = {ex.id: score(ex) for ex in ordered}
+    return push(ordered, cfg, dataset=cfg.recheck_dataset_name, label_quality=scores, progress=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# I/O: the stage
+# ---------------------------------------------------------------------------------------------
+def run(
+    in_path: str | Path,
+    out_path: str | Path,
+    cfg: ReviewConfig,
+    *,
+    snapshot_path: str | Path | None = None,
+    discarded_path: str | Path | None = None,
+    stats_path: str | Path | None = None,
+    push_first: bool = True,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """The review stage: (push, then) pull or import, write the snapshot, apply it, write the outputs.
+
+    Mode none writes an empty snapshot and passes every example through as "unreviewed".
+    """
+    examples = read_records(in_path, Example)
+    push_stats: dict[str, Any] = {}
+    if cfg.mode == "argilla":
+        if push_first:
+            push_stats = push(examples, cfg, progress=progress)
+        snapshot = pull_snapshot(cfg)
+    elif cfg.mode == "import":
+        snapshot = read_export(cfg.import_path)
+    else:
+        snapshot = []
+    if snapshot_path is not None:
+        write_jsonl(snapshot_path, snapshot)
+    reviewed, discarded, stats = transform(examples, snapshot, cfg)
+    if push_stats:
+        stats["push_sent"] = push_stats["sent"]
+        stats["push_skipped_unchanged"] = push_stats["skipped_unchanged"]
+        stats["push_refused"] = len(push_stats["refused"])
+    write_records(out_path, reviewed)
+    if discarded_path is not None:
+        write_records(discarded_path, discarded)
+    if stats_path is not None:
+        write_json(stats_path, stats)
+    log.info("review (%s): %s", cfg.mode, json.dumps(stats, sort_keys=True))
+    return stats
