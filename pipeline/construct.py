@@ -108,247 +108,25 @@ class ConstructConfig(StageConfig):
 # =============================================================================================
 # Words and terms
 # =============================================================================================
+def _wordset(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
 _WORD = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)?")
-STOP = frozenset(
-    [
-        "a",
-        "about",
-        "above",
-        "after",
-        "again",
-        "against",
-        "all",
-        "also",
-        "am",
-        "an",
-        "and",
-        "any",
-        "are",
-        "aren't",
-        "as",
-        "at",
-        "be",
-        "because",
-        "been",
-        "before",
-        "being",
-        "below",
-        "between",
-        "both",
-        "but",
-        "by",
-        "can",
-        "can't",
-        "could",
-        "couldn't",
-        "did",
-        "didn't",
-        "do",
-        "does",
-        "doesn't",
-        "doing",
-        "don't",
-        "down",
-        "during",
-        "each",
-        "few",
-        "for",
-        "from",
-        "further",
-        "get",
-        "gets",
-        "got",
-        "had",
-        "hadn't",
-        "has",
-        "hasn't",
-        "have",
-        "haven't",
-        "having",
-        "he",
-        "he'd",
-        "he'll",
-        "he's",
-        "her",
-        "here",
-        "here's",
-        "hers",
-        "herself",
-        "him",
-        "himself",
-        "his",
-        "how",
-        "how's",
-        "i",
-        "i'd",
-        "i'll",
-        "i'm",
-        "i've",
-        "if",
-        "in",
-        "into",
-        "is",
-        "isn't",
-        "it",
-        "it's",
-        "its",
-        "itself",
-        "let's",
-        "me",
-        "more",
-        "most",
-        "mustn't",
-        "my",
-        "myself",
-        "no",
-        "nor",
-        "not",
-        "of",
-        "off",
-        "on",
-        "once",
-        "only",
-        "or",
-        "other",
-        "ought",
-        "our",
-        "ours",
-        "ourselves",
-        "out",
-        "over",
-        "own",
-        "same",
-        "shan't",
-        "she",
-        "she'd",
-        "she'll",
-        "she's",
-        "should",
-        "shouldn't",
-        "so",
-        "some",
-        "such",
-        "than",
-        "that",
-        "that's",
-        "the",
-        "their",
-        "theirs",
-        "them",
-        "themselves",
-        "then",
-        "there",
-        "there's",
-        "these",
-        "they",
-        "they'd",
-        "they'll",
-        "they're",
-        "they've",
-        "this",
-        "those",
-        "through",
-        "to",
-        "too",
-        "under",
-        "until",
-        "up",
-        "very",
-        "was",
-        "wasn't",
-        "we",
-        "we'd",
-        "we'll",
-        "we're",
-        "we've",
-        "were",
-        "weren't",
-        "what",
-        "what's",
-        "when",
-        "when's",
-        "where",
-        "where's",
-        "which",
-        "while",
-        "who",
-        "who's",
-        "whom",
-        "why",
-        "why's",
-        "will",
-        "with",
-        "won't",
-        "would",
-        "wouldn't",
-        "you",
-        "you'd",
-        "you'll",
-        "you're",
-        "you've",
-        "your",
-        "yours",
-        "yourself",
-        "yourselves",
-        "ok",
-        "okay",
-        "please",
-        "tell",
-        "know",
-        "like",
-        "can",
-        "could",
-        "would",
-        "want",
-        "need",
-        "give",
-        "provide",
-        "explain",
-        "describe",
-        "mean",
-        "meant",
-        "also",
-        "just",
-        "really",
-        "thanks",
-        "thank",
-        "yes",
-        "well",
-        "much",
-        "many",
-        "way",
-        "ways",
-        "one",
-        "ones",
-        "still",
-        "even",
-        "though",
-        "something",
-        "anything",
-        "thing",
-        "things",
-        "kind",
-        "sort",
-        "lot",
-        "lots",
-        "get",
-        "got",
-        "make",
-        "made",
-        "use",
-        "used",
-        "using",
-        "regarding",
-        "regard",
-        "related",
-        "relation",
-        "respect",
-        "context",
-        "specific",
-        "specifically",
-        "particular",
-        "case",
-    ]
+STOP = _wordset(
+    "a about above after again against all also am an and any are aren't as at be because been before being below "
+    "between both but by can can't could couldn't did didn't do does doesn't doing don't down during each few for "
+    "from further get gets got had hadn't has hasn't have haven't having he he'd he'll he's her here here's hers "
+    "herself him himself his how how's i i'd i'll i'm i've if in into is isn't it it's its itself let's me more "
+    "most mustn't my myself no nor not of off on once only or other ought our ours ourselves out over own same "
+    "shan't she she'd she'll she's should shouldn't so some such than that that's the their theirs them "
+    "themselves then there there's these they they'd they'll they're they've this those through to too under "
+    "until up very was wasn't we we'd we'll we're we've were weren't what what's when when's where where's which "
+    "while who who's whom why why's will with won't would wouldn't you you'd you'll you're you've your yours "
+    "yourself yourselves ok okay please tell know like can could would want need give provide explain describe "
+    "mean meant also just really thanks thank yes well much many way ways one ones still even though something "
+    "anything thing things kind sort lot lots get got make made use used using regarding regard related relation "
+    "respect context specific specifically particular case"
 )
 PRONOUNS: dict[str, str] = {
     "it": "thing",
@@ -455,6 +233,17 @@ class Anchor:
 
     kind: Literal["thing", "person", "group", "place", "noun", "ellipsis"]
     text: str
+    context: str = ""  # the turn's own words around the anchor, for clarifications that quote them
+
+
+def _context(turn: str, word: str, span: int = 3) -> str:
+    """Up to `span` words either side of the first occurrence of `word` in `turn` (as typed)."""
+    raw = turn.strip().rstrip("?.!").split()
+    low = [w.lower().strip(",.;:!?\"'") for w in raw]
+    if word not in low:
+        return _fragment(turn, 7)
+    i = low.index(word)
+    return " ".join(raw[max(0, i - span) : i + span + 1]).strip(",;: ")
 
 
 def find_anchor(turn: str, rewrite: str | None) -> Anchor | None:
@@ -475,16 +264,16 @@ def find_anchor(turn: str, rewrite: str | None) -> Anchor | None:
             noun = nxt
             for j, r in enumerate(rw[1:], start=1):
                 if stem(r) == stem(noun) and rw[j - 1] not in ("the", "this", "that", "these", "those", "a", "an"):
-                    return Anchor("noun", noun)
+                    return Anchor("noun", noun, _context(turn, noun))
     for w in toks:
         if w in PRONOUNS:
             if w == "that" and not re.search(r"\bthat\b\s*(\?|$|is|was|mean|one|work|apply|cost)", turn, re.I):
                 continue
             if w == "one" and not re.search(r"\b(the|this|that|which|other) one\b", turn, re.I):
                 continue
-            return Anchor(PRONOUNS[w], w)  # type: ignore[arg-type]
+            return Anchor(PRONOUNS[w], w, _context(turn, w))  # type: ignore[arg-type]
     if _ELLIPSIS_START.match(turn) or len(toks) <= 4:
-        return Anchor("ellipsis", _fragment(turn))
+        return Anchor("ellipsis", _fragment(turn), _fragment(turn))
     return None
 
 
@@ -496,135 +285,16 @@ def _fragment(turn: str, limit: int = 8) -> str:
 # =============================================================================================
 # Entities: from document titles (`Head (Disambiguator)`, `Modifier Head`) and from the text itself
 # =============================================================================================
-GENERIC_HEADS = frozenset(
-    [
-        "river",
-        "lake",
-        "sea",
-        "ocean",
-        "mountain",
-        "island",
-        "city",
-        "town",
-        "county",
-        "state",
-        "country",
-        "province",
-        "region",
-        "valley",
-        "park",
-        "court",
-        "courts",
-        "order",
-        "orders",
-        "plan",
-        "plans",
-        "service",
-        "services",
-        "account",
-        "accounts",
-        "card",
-        "cards",
-        "tax",
-        "taxes",
-        "credit",
-        "fund",
-        "funds",
-        "bank",
-        "loan",
-        "loans",
-        "policy",
-        "program",
-        "programme",
-        "act",
-        "law",
-        "form",
-        "war",
-        "battle",
-        "party",
-        "team",
-        "club",
-        "league",
-        "cup",
-        "season",
-        "series",
-        "show",
-        "film",
-        "movie",
-        "novel",
-        "album",
-        "song",
-        "band",
-        "book",
-        "game",
-        "tier",
-        "instance",
-        "cluster",
-        "database",
-        "server",
-        "region",
-        "zone",
-        "key",
-        "keys",
-        "model",
-        "models",
-        "api",
-        "sdk",
-        "library",
-        "plugin",
-        "app",
-        "application",
-        "tool",
-        "tools",
-        "feature",
-        "account",
-        "certificate",
-        "bucket",
-        "function",
-        "functions",
-        "catalog",
-        "dashboard",
-        "console",
-        "agreement",
-        "contract",
-        "insurance",
-        "pension",
-        "mortgage",
-        "bond",
-        "stock",
-        "stocks",
-        "index",
-        "rate",
-        "rates",
-        "exchange",
-        "company",
-        "corporation",
-        "university",
-        "college",
-        "school",
-        "hospital",
-        "department",
-        "agency",
-        "bureau",
-        "office",
-        "program",
-        "center",
-        "centre",
-        "station",
-        "bridge",
-        "dam",
-        "canal",
-        "festival",
-        "award",
-        "prize",
-        "church",
-        "cathedral",
-        "castle",
-        "museum",
-        "airport",
-        "railway",
-        "highway",
-    ]
+GENERIC_HEADS = _wordset(
+    "river lake sea ocean mountain island city town county state country province region valley park court courts "
+    "order orders plan plans service services account accounts card cards tax taxes credit fund funds bank loan "
+    "loans policy program programme act law form war battle party team club league cup season series show film "
+    "movie novel album song band book game tier instance cluster database server region zone key keys model "
+    "models api sdk library plugin app application tool tools feature account certificate bucket function "
+    "functions catalog dashboard console agreement contract insurance pension mortgage bond stock stocks index "
+    "rate rates exchange company corporation university college school hospital department agency bureau office "
+    "program center centre station bridge dam canal festival award prize church cathedral castle museum airport "
+    "railway highway"
 )
 _TITLE_SPLIT = re.compile(r"\s+[|–—-]\s+|:\s+")
 _PAREN = re.compile(r"^(?P<name>.+?)\s*\((?P<dis>[^()]+)\)$")
@@ -719,18 +389,24 @@ def entity_of_title(title: str) -> Entity | None:
 
 
 def _common_suffix(entities: Sequence[Entity]) -> list[Entity]:
-    """Widen a suffix group's head to the words all its titles share ("restraining order"); drop generic ones."""
-    split = [(e, _TITLE_SPLIT.split(e.title.strip())[0].split()) for e in entities]
-    n = 1
-    while all(len(ws) > n for _, ws in split) and len({stem(ws[-n - 1].lower()) for _, ws in split}) == 1:
-        n += 1
+    """Widen each title's head to the longest word suffix it shares with another title of its group
+    ("restraining order"), regroup by it, and drop titles with nothing left to distinguish them."""
+    split = [(e, [stem(w.lower()) for w in _TITLE_SPLIT.split(e.title.strip())[0].split()]) for e in entities]
     out = []
     for e, ws in split:
-        head = " ".join(w.lower() for w in ws[-n:])
-        head = " ".join([*head.split()[:-1], stem(head.split()[-1])])
-        modifier = " ".join(ws[:-n])
+        n = 1
+        for _, other in split:
+            if other is ws:
+                continue
+            k = 0
+            while k < min(len(ws), len(other)) and ws[-k - 1] == other[-k - 1]:
+                k += 1
+            n = max(n, k)
+        words_ = _TITLE_SPLIT.split(e.title.strip())[0].split()
+        modifier = " ".join(words_[:-n])
         if modifier and terms(modifier):
-            out.append(Entity(key=e.key, head=head, modifier=modifier, label=e.label, kind="suffix", title=e.title))
+            head = " ".join(ws[-n:])
+            out.append(Entity(key=head, head=head, modifier=modifier, label=e.label, kind="suffix", title=e.title))
     return out
 
 
@@ -799,6 +475,9 @@ CLARIFY: dict[str, list[str]] = {
         "Which {noun} are you talking about here?",
         "Just to be sure, which {noun} is your question about?",
         "Can you say which {noun} you mean? I don't see one mentioned yet.",
+        'You asked "{context}". Which {noun} is that?',
+        'In "{context}", which {noun} do you mean?',
+        'When you say "{context}", which {noun} are you thinking of?',
     ],
     "thing": [
         'What does "{anchor}" refer to here?',
@@ -811,6 +490,10 @@ CLARIFY: dict[str, list[str]] = {
         "Which thing are you asking about? It isn't clear from our conversation.",
         "What is the subject of your question?",
         "Could you name what you're asking about?",
+        'In "{context}", what does "{anchor}" refer to?',
+        'When you ask "{context}", what do you mean by "{anchor}"?',
+        'You asked "{context}": what is "{anchor}" here?',
+        'What is "{anchor}" in "{context}"? I cannot tell from our conversation.',
     ],
     "person": [
         'Who do you mean by "{anchor}"?',
@@ -820,6 +503,9 @@ CLARIFY: dict[str, list[str]] = {
         "Sorry, who are you talking about?",
         "Who is this question about?",
         'I\'m not sure who "{anchor}" is. Can you give me a name?',
+        'In "{context}", who is "{anchor}"?',
+        'When you ask "{context}", who do you mean?',
+        'Who does "{anchor}" refer to in "{context}"?',
     ],
     "group": [
         'Who or what does "{anchor}" refer to?',
@@ -829,6 +515,9 @@ CLARIFY: dict[str, list[str]] = {
         'Could you say who or what you mean by "{anchor}"?',
         "Which group or items are you asking about?",
         "Who or what is your question about?",
+        'In "{context}", who or what are "{anchor}"?',
+        'When you ask "{context}", who do you mean by "{anchor}"?',
+        'Which ones do you mean in "{context}"?',
     ],
     "place": [
         'Where do you mean by "{anchor}"?',
@@ -837,6 +526,9 @@ CLARIFY: dict[str, list[str]] = {
         'What does "{anchor}" refer to? Which place or setting?',
         "Where is this about?",
         "Which location do you have in mind?",
+        'In "{context}", where is "{anchor}"?',
+        'When you ask "{context}", which place do you mean?',
+        'Where does "{anchor}" point to in "{context}"?',
     ],
     "ellipsis": [
         "Could you give me more context? What are you asking about?",
@@ -910,7 +602,7 @@ def _listing(labels: Sequence[str]) -> dict[str, str]:
 def clarify_dialog(anchor: Anchor, rng: random.Random) -> tuple[str, str]:
     bank = CLARIFY[anchor.kind]
     i = rng.randrange(len(bank))
-    text = bank[i].format(noun=anchor.text, anchor=anchor.text, fragment=anchor.text)
+    text = bank[i].format(noun=anchor.text, anchor=anchor.text, fragment=anchor.text, context=anchor.context)
     return _cap(text), f"clarify.{anchor.kind}.{i}"
 
 
@@ -955,9 +647,9 @@ def _build_entities(seeds: Sequence[SeedTurn]) -> tuple[dict[str, dict[str, Enti
         if e is not None:
             raw[e.key].append(e)
     groups: dict[str, dict[str, Entity]] = defaultdict(dict)
-    for key, ents in sorted(raw.items()):
+    for _, ents in sorted(raw.items()):
         for e in _common_suffix(ents) if ents[0].kind == "suffix" else ents:
-            groups[key].setdefault(e.modifier.lower(), e)
+            groups[e.key].setdefault(e.modifier.lower(), e)
     colliding = {k: v for k, v in groups.items() if len(v) >= 2}
     return colliding, {t: [docs[k] for k in sorted(docs)] for t, docs in docs_by_title.items()}
 
@@ -1188,7 +880,7 @@ def _generalized_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> No
     siblings = [e for k, e in sorted(group.items()) if k != entity.modifier.lower()]
     family = [entity, *siblings]
     history = seed.messages[:-1]
-    noun_anchor = Anchor("noun", entity.head)
+    noun_anchor = Anchor("noun", entity.head, _context(loose, words(entity.head)[-1]))
     gen = f"gen.{entity.kind}.{det}"
 
     # hard negative: the dialog named this entity and no sibling, so the loose question is resolved
@@ -1199,7 +891,8 @@ def _generalized_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> No
             "hn_generalized_in_dialog", history, loose, _docs(seed.documents, ctx), resolution=question, template=gen
         )
     # ambiguous in the dialog: nothing before the loose question names any entity of the family
-    unpinned = _cut_dialog(history, set(), family)
+    hidden = set().union(*(e.modifier_terms() for e in family))
+    unpinned = _cut_dialog(history, hidden, family)
     if _want(ctx, "ad_generalized_unpinned"):
         if siblings and ctx.rng.random() < 0.4:
             labels = [e.label for e in family[: ctx.cfg.max_interpretations]]
@@ -1220,7 +913,7 @@ def _generalized_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> No
         host = _pick_host(seed, entity.modifier_terms(), noun_anchor, hosts, ctx, avoid=family)
         if host is not None:
             clar, tmpl = clarify_dialog(noun_anchor, ctx.rng)
-            docs = [d for d in host.documents if not any(e.mentioned_in(d.title + " " + d.text) for e in family)]
+            docs = [d for d in host.documents if not mentions_any(d.title + " " + d.text, hidden)]
             docs = docs if len(docs) == len(host.documents) else []
             em.both(
                 "ad_stitched", host.messages[:-1], loose, _docs(docs, ctx), clarification=clar, template=f"{gen}.{tmpl}"

@@ -1,0 +1,258 @@
+"""Tests of the offline `construct` backend: coverage of categories x settings, labels consistent with
+their evidence (no row contradicts its label), determinism, and the text operations it is built from."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from clariedge import ingest
+from clariedge.construct import (
+    METHODS,
+    ConstructConfig,
+    Entity,
+    construct,
+    entity_of_title,
+    find_anchor,
+    generalize,
+    referent_terms,
+    shallow_separability,
+    terms,
+)
+from clariedge.io import write_records
+from clariedge.schema import CATEGORIES, Example, Message, SeedTurn, Source
+
+FAST = ConstructConfig(separability=False)
+
+
+@pytest.fixture(scope="module")
+def sample_seeds(sample_dir: Path) -> list[SeedTurn]:
+    seeds, _, _ = ingest.transform([sample_dir])
+    return seeds
+
+
+@pytest.fixture(scope="module")
+def mtrag_seeds(mtrag_dir: Path) -> list[SeedTurn]:
+    seeds, _, _ = ingest.transform([mtrag_dir])
+    return seeds
+
+
+@pytest.fixture(scope="module")
+def sample_rows(sample_seeds: list[SeedTurn]) -> list[Example]:
+    rows, _, _ = construct(sample_seeds, FAST, rng=random.Random(7))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def mtrag_rows(mtrag_seeds: list[SeedTurn]) -> list[Example]:
+    rows, _, _ = construct(mtrag_seeds, FAST, rng=random.Random(7))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# Coverage: all four categories in both settings (ambiguous_documents post-retrieval only)
+# ---------------------------------------------------------------------------------------------
+def _cells(rows: list[Example]) -> set[tuple[str, str]]:
+    return {(r.category, r.setting) for r in rows}
+
+
+EXPECTED_CELLS = {(c, s) for c in CATEGORIES for s in ("pre_retrieval", "post_retrieval")} - {
+    ("ambiguous_documents", "pre_retrieval")
+}
+
+
+def test_sample_covers_every_category_and_setting(sample_rows: list[Example]) -> None:
+    assert _cells(sample_rows) == EXPECTED_CELLS
+    assert 600 <= len(sample_rows) <= 1500
+
+
+def test_mtrag_covers_every_category_and_setting(mtrag_rows: list[Example]) -> None:
+    assert _cells(mtrag_rows) == EXPECTED_CELLS
+
+
+# ---------------------------------------------------------------------------------------------
+# No row contradicts its label
+# ---------------------------------------------------------------------------------------------
+def _norm(text: str) -> str:
+    return " ".join(text.lower().replace("?", "").split())
+
+
+def _prior_terms(row: Example) -> set[str]:
+    return set().union(*(terms(m.content) for m in row.messages[:-1])) if len(row.messages) > 1 else set()
+
+
+def _doc_terms(row: Example) -> set[str]:
+    return set().union(*(terms(d.title + " " + d.text) for d in row.documents)) if row.documents else set()
+
+
+def check_labels(rows: list[Example], seeds: list[SeedTurn]) -> None:
+    by_id = {s.id: s for s in seeds}
+    assert rows, "no rows"
+    for r in rows:
+        prov = r.provenance
+        where = f"{prov.method} {r.setting} {r.id}: {r.last_turn!r}"
+        assert prov.generator == "construct", where
+        assert METHODS[prov.method] == r.category, where
+        assert prov.template, where
+        seed = by_id[prov.seed_id]
+        assert r.conversation_id == seed.conversation_id, where
+        assert r.needs_clarification == (r.category in ("ambiguous_dialog", "ambiguous_documents")), where
+        standalone = {_norm(q) for q in (seed.rewrite, seed.last_turn if seed.is_standalone else None) if q}
+        if r.category == "clear":
+            assert r.clarification is None and r.resolution is None, where
+            # the turn is a human-written standalone question (up to a lead-in / case / final '?')
+            assert any(_norm(r.last_turn).endswith(q) for q in standalone), where
+        elif r.category == "hard_negative":
+            assert r.clarification is None, where
+            assert r.resolution and _norm(r.resolution) in standalone, where
+            assert _norm(r.resolution) != _norm(r.last_turn), where
+            hidden = terms(r.resolution) - terms(r.last_turn)
+            if prov.method == "hn_documents_resolve":
+                entities = {entity_of_title(d.title) for d in r.documents}
+                assert len(entities) == 1 and None not in entities, where  # one reading only
+                (entity,) = entities
+                assert entity.mentioned_in(r.resolution), where
+            else:  # the dialog supplies what the turn leaves out
+                assert hidden & _prior_terms(r), where
+        elif r.category == "ambiguous_dialog":
+            assert r.clarification and r.resolution is None, where
+            hidden = referent_terms(seed) if prov.method == "ad_cut_before_referent" else set()
+            if not hidden:
+                question = seed.rewrite or seed.last_turn
+                hidden = terms(question) - terms(r.last_turn)
+            assert hidden, where
+            assert not hidden & _prior_terms(r), where  # the referent is missing from the dialog ...
+            assert not hidden & _doc_terms(r), where  # ... and from the documents
+        else:  # ambiguous_documents
+            assert r.setting == "post_retrieval" and r.clarification, where
+            assert len(r.interpretations) >= 2, where
+            labels = {e.label for e in (entity_of_title(d.title) for d in r.documents) if e}
+            assert set(r.interpretations) <= labels, where  # every interpretation has its documents
+            assert all(i.lower() in r.clarification.lower() for i in r.interpretations), where  # and is named
+            for i in r.interpretations:  # the loose turn names none of them precisely
+                entity = next(e for e in map(entity_of_title, (d.title for d in r.documents)) if e and e.label == i)
+                assert not entity.mentioned_in(r.last_turn), where
+
+
+def test_sample_rows_are_consistent_with_their_evidence(sample_rows: list[Example], sample_seeds) -> None:
+    check_labels(sample_rows, sample_seeds)
+
+
+def test_mtrag_rows_are_consistent_with_their_evidence(mtrag_rows: list[Example], mtrag_seeds) -> None:
+    check_labels(mtrag_rows, mtrag_seeds)
+
+
+def test_ambiguous_rows_are_paired_with_hard_negatives(sample_seeds: list[SeedTurn]) -> None:
+    _, _, stats = construct(sample_seeds, FAST, rng=random.Random(7))
+    assert stats["ambiguous_paired_with_hard_negative"] >= 0.9
+
+
+def test_surface_forms_overlap_across_categories(sample_rows: list[Example]) -> None:
+    """Pronoun turns occur among hard negatives and ambiguous rows alike; clear rows are not all long."""
+
+    def share_with_pronoun(cat: str) -> float:
+        rows = [r for r in sample_rows if r.category == cat]
+        return sum(bool(find_anchor(r.last_turn, None)) for r in rows) / len(rows)
+
+    assert share_with_pronoun("hard_negative") > 0.3
+    assert share_with_pronoun("ambiguous_dialog") > 0.3
+    short_clear = [r for r in sample_rows if r.category == "clear" and len(r.last_turn.split()) <= 9]
+    assert len(short_clear) >= 20
+
+
+def test_many_wordings_are_drawn(sample_rows: list[Example]) -> None:
+    # one clarification per instance (its pre- and post-retrieval rows share the drawn wording)
+    clar = list(
+        {
+            (r.provenance.seed_id, r.provenance.method): r.clarification for r in sample_rows if r.needs_clarification
+        }.values()
+    )
+    templates = {r.provenance.template.split(".lead")[0] for r in sample_rows if r.needs_clarification}
+    assert len(set(clar)) > 0.6 * len(clar)
+    assert len(templates) >= 30
+
+
+# ---------------------------------------------------------------------------------------------
+# Determinism
+# ---------------------------------------------------------------------------------------------
+def test_same_seed_gives_byte_identical_output(sample_seeds: list[SeedTurn], tmp_path: Path) -> None:
+    a, _, sa = construct(sample_seeds, FAST, rng=random.Random(11))
+    b, _, sb = construct(list(reversed(sample_seeds)), FAST, rng=random.Random(11))
+    write_records(tmp_path / "a.parquet", a)
+    write_records(tmp_path / "b.parquet", b)
+    assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
+    assert sa == sb
+
+
+def test_other_seed_draws_other_templates(sample_seeds: list[SeedTurn]) -> None:
+    a, _, _ = construct(sample_seeds, FAST, rng=random.Random(11))
+    b, _, _ = construct(sample_seeds, FAST, rng=random.Random(12))
+    ta = {(r.provenance.seed_id, r.provenance.method, r.setting): r.provenance.template for r in a}
+    tb = {(r.provenance.seed_id, r.provenance.method, r.setting): r.provenance.template for r in b}
+    shared = set(ta) & set(tb)
+    assert sum(ta[k] != tb[k] for k in shared) > 0.3 * len(shared)
+
+
+# ---------------------------------------------------------------------------------------------
+# Config and building blocks
+# ---------------------------------------------------------------------------------------------
+def test_per_seed_zero_disables_a_method(sample_seeds: list[SeedTurn]) -> None:
+    cfg = ConstructConfig(separability=False, per_seed={"clear_as_is": 1, "hn_dialog_resolves": 1})
+    rows, _, _ = construct(sample_seeds, cfg, rng=random.Random(1))
+    assert {r.provenance.method for r in rows} == {"clear_as_is", "hn_dialog_resolves"}
+
+
+def test_unknown_method_is_a_config_error() -> None:
+    with pytest.raises(ValueError, match="unknown construct methods"):
+        ConstructConfig(per_seed={"make_it_up": 1})
+
+
+def test_title_entities_and_generalisation() -> None:
+    planet = entity_of_title("Mercury (planet)")
+    assert planet == Entity("mercury", "Mercury", "planet", "Mercury (planet)", "paren", "Mercury (planet)")
+    assert generalize("how far is the planet mercury from the sun", planet, "the") == "how far is mercury from the sun"
+    river = entity_of_title("Penobscot River")
+    assert river is not None and river.key == "river"
+    assert generalize("How long is the Penobscot River?", river, "that") == "How long is that river?"
+    assert entity_of_title("List of New England Patriots seasons") is None
+    assert entity_of_title("Aviation photography") is None
+
+
+def test_referent_and_anchor_from_rewrite() -> None:
+    seed = SeedTurn(
+        conversation_id="c",
+        turn=2,
+        domain="cloud",
+        messages=[
+            Message(role="user", content="What does the Lite plan include?"),
+            Message(role="assistant", content="The Lite plan includes 1 GB."),
+            Message(role="user", content="when does the plan renew?"),
+        ],
+        last_turn="when does the plan renew?",
+        rewrite="When does the Lite plan renew?",
+        source=Source(format="test", path="inline"),
+    )
+    assert referent_terms(seed) == {"lite"}
+    anchor = find_anchor(seed.last_turn, seed.rewrite)
+    assert anchor is not None and (anchor.kind, anchor.text) == ("noun", "plan")
+    rows, _, _ = construct([seed], FAST, rng=random.Random(0))
+    by_method = {r.provenance.method: r for r in rows if r.setting == "pre_retrieval"}
+    assert by_method["hn_dialog_resolves"].resolution == "When does the Lite plan renew?"
+    cut = by_method["ad_cut_before_referent"]
+    assert [m.content for m in cut.messages][-1].lower().startswith(("when", "okay", "thanks", "also", "so", "and"))
+    assert len(cut.messages) == 1 and "plan" in cut.clarification
+
+
+def test_shallow_separability_detects_a_telltale_word(sample_rows: list[Example]) -> None:
+    marked = [
+        r.model_copy(update={"messages": [*r.messages[:-1], Message(role="user", content="ZZTOP " + r.last_turn)]})
+        if r.category == "clear"
+        else r
+        for r in sample_rows
+    ]
+    report = shallow_separability(marked, folds=3)
+    assert report["bow_last_turn"]["clear"] > 0.99
+    honest = shallow_separability(sample_rows, folds=3)
+    assert honest["bow_last_turn"]["clear"] < report["bow_last_turn"]["clear"]
