@@ -118,6 +118,35 @@ def synthesize(
         fail(str(err))
 
 
+@app.command("filter")
+def filter_(
+    candidates: Annotated[Path, typer.Argument(help="candidate examples parquet (synthesize output)")] = Path(
+        "data/candidates.parquet"
+    ),
+    output: Annotated[Path, typer.Option("-o", "--output", help="filtered examples parquet")] = Path(
+        "data/filtered.parquet"
+    ),
+    rejects: Annotated[Path | None, typer.Option(help="dropped rows JSONL, with reasons")] = None,
+    stats: Annotated[Path | None, typer.Option(help="stats JSON (a DVC metric)")] = None,
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """Validate, bound, de-duplicate (MiniLM), leakage-check, optionally LLM-judge and balance candidates."""
+    import os
+
+    from clariedge import filter as stage
+    from clariedge.config import load_params
+
+    try:
+        cfg = load_section(params, "filter", stage.FilterConfig) if params.exists() else stage.FilterConfig()
+        seed = int(load_params(params).get("seed", 0)) if params.exists() else 0
+        api_key = None
+        if cfg.judge.enabled and cfg.judge.backend == "openai":
+            api_key = os.environ.get(cfg.judge.openai.get("api_key_env", "OPENAI_API_KEY"))
+        stage.run(candidates, output, rejects, stats, cfg, seed=seed, api_key=api_key)
+    except (ConfigError, FileNotFoundError, stage.FilterError, ValueError) as err:
+        fail(str(err))
+
+
 # --- review (Argilla) -------------------------------------------------------------------------
 review_app = typer.Typer(no_args_is_help=True, help="Human review in Argilla: local server, push, pull, the stage.")
 app.add_typer(review_app, name="review")

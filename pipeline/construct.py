@@ -238,7 +238,8 @@ class Anchor:
 
 def _context(turn: str, word: str, span: int = 3) -> str:
     """Up to `span` words either side of the first occurrence of `word` in `turn` (as typed)."""
-    raw = turn.strip().rstrip("?.!").split()
+    clauses = [c for c in re.split(r"(?<=[.?!;])\s+", turn.strip()) if word in words(c)]
+    raw = (clauses[0] if clauses else turn).strip().rstrip("?.!").split()
     low = [w.lower().strip(",.;:!?\"'") for w in raw]
     if word not in low:
         return _fragment(turn, 7)
@@ -474,7 +475,7 @@ CLARIFY: dict[str, list[str]] = {
         "Before I answer: which {noun} do you mean?",
         "Which {noun} are you talking about here?",
         "Just to be sure, which {noun} is your question about?",
-        "Can you say which {noun} you mean? I don't see one mentioned yet.",
+        "I don't see a {noun} mentioned yet. Can you say which one you mean?",
         'You asked "{context}". Which {noun} is that?',
         'In "{context}", which {noun} do you mean?',
         'When you say "{context}", which {noun} are you thinking of?',
@@ -487,13 +488,13 @@ CLARIFY: dict[str, list[str]] = {
         'Can you clarify what you mean by "{anchor}"?',
         "What exactly are you asking about?",
         'I\'m not sure what "{anchor}" points to. What are you asking about?',
-        "Which thing are you asking about? It isn't clear from our conversation.",
+        "It isn't clear from our conversation: which thing are you asking about?",
         "What is the subject of your question?",
         "Could you name what you're asking about?",
         'In "{context}", what does "{anchor}" refer to?',
         'When you ask "{context}", what do you mean by "{anchor}"?',
         'You asked "{context}": what is "{anchor}" here?',
-        'What is "{anchor}" in "{context}"? I cannot tell from our conversation.',
+        'I cannot tell from our conversation: what is "{anchor}" in "{context}"?',
     ],
     "person": [
         'Who do you mean by "{anchor}"?',
@@ -536,7 +537,7 @@ CLARIFY: dict[str, list[str]] = {
         "Can you say more about what you'd like to know?",
         'I\'m missing some context. What does "{fragment}" relate to?',
         'Which topic is "{fragment}" about?',
-        "Could you rephrase that as a full question? I'm not sure what it refers to.",
+        "I'm not sure what this refers to. Could you rephrase it as a full question?",
         'What is your question regarding "{fragment}"?',
         "Can you tell me what this is about?",
     ],
@@ -563,10 +564,10 @@ CLARIFY_DOCS: dict[str, list[str]] = {
     ],
     "many": [
         "The documents cover several: {list}. Which one do you mean?",
-        "Which one are you asking about? For example: {list}.",
+        "For example {list}: which one are you asking about?",
         "I found a few possibilities ({list}). Which do you mean?",
         "There are several matches: {list}. Which one should I answer about?",
-        "Could you narrow it down? The passages mention {list}.",
+        "The passages mention {list}. Could you narrow it down?",
     ],
 }
 LEAD_INS = [
