@@ -241,8 +241,9 @@ def drop_duplicates(rows: list[Example], rejects: Rejects) -> list[Example]:
     return out
 
 
-def drop_near_duplicates(rows: list[Example], cfg: DedupConfig, rejects: Rejects,
-                         embed_fn: EmbedFn | None = None) -> tuple[list[Example], int]:
+def drop_near_duplicates(
+    rows: list[Example], cfg: DedupConfig, rejects: Rejects, embed_fn: EmbedFn | None = None
+) -> tuple[list[Example], int]:
     """Greedy within each category x setting: a row closer than the threshold to a kept one is dropped."""
     if not rows:
         return rows, 0
@@ -265,9 +266,12 @@ def drop_near_duplicates(rows: list[Example], cfg: DedupConfig, rejects: Rejects
                 j = int(np.argmax(sims))
                 if sims[j] >= cfg.threshold:
                     drop.add(i)
-                    rejects.add("near_duplicate", rows[i].id,
-                                f"cosine {float(sims[j]):.3f} >= {cfg.threshold} with {rows[kept[j]].id}",
-                                dedup_text(rows[i]))
+                    rejects.add(
+                        "near_duplicate",
+                        rows[i].id,
+                        f"cosine {float(sims[j]):.3f} >= {cfg.threshold} with {rows[kept[j]].id}",
+                        dedup_text(rows[i]),
+                    )
                     continue
             kept.append(i)
     return [r for i, r in enumerate(rows) if i not in drop], len(rows)
@@ -276,8 +280,9 @@ def drop_near_duplicates(rows: list[Example], cfg: DedupConfig, rejects: Rejects
 # ---------------------------------------------------------------------------------------------
 # 5. optional LLM judge (calls clariedge.llm only when enabled)
 # ---------------------------------------------------------------------------------------------
-def judge(rows: list[Example], cfg: JudgeConfig, rejects: Rejects, *, seed: int,
-          api_key: str | None = None) -> tuple[list[Example], dict[str, Any]]:
+def judge(
+    rows: list[Example], cfg: JudgeConfig, rejects: Rejects, *, seed: int, api_key: str | None = None
+) -> tuple[list[Example], dict[str, Any]]:
     """Ask the judge prompt about every ambiguous row's clarification; drop those it rejects."""
     from clariedge import llm
     from clariedge.prompts import get_prompt
@@ -318,8 +323,13 @@ def judge(rows: list[Example], cfg: JudgeConfig, rejects: Rejects, *, seed: int,
             dropped.add(ex_id)
         else:
             verdicts["accepted"] += 1
-    stats = {"judged": len(todo), "verdicts": dict(sorted(verdicts.items())), "usage": runner.usage_dict(),
-             "prompt": cfg.prompt, "backend": cfg.backend}
+    stats = {
+        "judged": len(todo),
+        "verdicts": dict(sorted(verdicts.items())),
+        "usage": runner.usage_dict(),
+        "prompt": cfg.prompt,
+        "backend": cfg.backend,
+    }
     return [r for r in rows if r.id not in dropped], stats
 
 
@@ -365,9 +375,15 @@ def _cell_counts(rows: Sequence[Example]) -> dict[str, int]:
     return dict(sorted(Counter(f"{r.category}/{r.setting}" for r in rows).items()))
 
 
-def transform(raw: Sequence[dict[str, Any]], cfg: FilterConfig, *, rng: random.Random, seed: int = 0,
-              embed_fn: EmbedFn | None = None, api_key: str | None = None) -> tuple[list[Example], Rejects,
-                                                                                    dict[str, Any]]:
+def transform(
+    raw: Sequence[dict[str, Any]],
+    cfg: FilterConfig,
+    *,
+    rng: random.Random,
+    seed: int = 0,
+    embed_fn: EmbedFn | None = None,
+    api_key: str | None = None,
+) -> tuple[list[Example], Rejects, dict[str, Any]]:
     """Pure core (apart from the embedding cache and the optional judge): raw rows -> kept rows, rejects, stats."""
     rejects = Rejects()
     rows = validate_rows(raw, rejects)
@@ -410,8 +426,16 @@ def transform(raw: Sequence[dict[str, Any]], cfg: FilterConfig, *, rng: random.R
     return kept, rejects, stats
 
 
-def run(in_path: str | Path, out_path: str | Path, rejects_path: str | Path | None, stats_path: str | Path | None,
-        cfg: FilterConfig, *, seed: int, api_key: str | None = None) -> dict[str, Any]:
+def run(
+    in_path: str | Path,
+    out_path: str | Path,
+    rejects_path: str | Path | None,
+    stats_path: str | Path | None,
+    cfg: FilterConfig,
+    *,
+    seed: int,
+    api_key: str | None = None,
+) -> dict[str, Any]:
     raw = read_table(in_path)
     if not raw:
         raise FilterError(f"{in_path}: no candidate rows (did synthesize produce any?)")
