@@ -177,9 +177,10 @@ def snapshot_from_api(records: Iterable[dict[str, Any]], usernames: dict[str, st
 def snapshot_from_export(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Records from `Dataset.to_disk` (records.json) -> snapshot rows.
 
-    The export groups responses by question and names annotators by user id only; a discard with no
-    answers has no question to sit under, so the SDK's export does not carry it (pull from the server
-    to see those).
+    The export groups responses by question and names annotators by user id only. Argilla 2.8's export
+    also leaves out each response's status (read as "submitted": drafts cannot be told apart) and a
+    discard with no answers has no question to sit under, so it is not in the export at all. For full
+    fidelity import a snapshot written by `clariedge review pull --snapshot` instead.
     """
     rows = []
     for rec in records:
@@ -187,9 +188,10 @@ def snapshot_from_export(records: Iterable[dict[str, Any]]) -> list[dict[str, An
         for question, answers in (rec.get("responses") or {}).items():
             for ans in answers or []:
                 uid = str(ans.get("user_id"))
-                entry = by_user.setdefault(uid, {"annotator": uid, "status": ans.get("status"), "values": {}})
+                status = ans.get("status") or "submitted"
+                entry = by_user.setdefault(uid, {"annotator": uid, "status": status, "values": {}})
                 entry["values"][question] = ans.get("value")
-                if ans.get("status") == "draft":
+                if status == "draft":
                     entry["status"] = "draft"
         responses = [dict(r, values=dict(sorted(r["values"].items()))) for r in by_user.values()]
         kept = [r for r in responses if r["status"] in ("submitted", "discarded")]
@@ -451,6 +453,12 @@ class Connection:
 def ensure_dataset(conn: Connection, name: str, cfg: ReviewConfig, *, create: bool = True) -> dict[str, Any]:
     """The live dataset `name`, created from `settings_spec` if missing; a dataset whose settings differ
     from the code is an error (settings cannot change after creation: bump `SETTINGS_VERSION`)."""
+    role = conn.me.get("role")
+    if role not in ("owner", "admin"):
+        raise ReviewError(
+            f"the Argilla user {conn.me.get('username', '?')!r} is an {role}: pushing and pulling need an owner "
+            "or admin key (ARGILLA_API_KEY); use an owner or admin key"
+        )
     spec = S.settings_spec(cfg.min_submitted)
     ds = conn.find_dataset(name, cfg.workspace)
     if ds is not None and ds.get("status") == "draft":
@@ -594,8 +602,21 @@ def pull_snapshot(cfg: ReviewConfig, *, dataset: str | None = None) -> list[dict
 
 
 def read_export(path: str | Path) -> list[dict[str, Any]]:
-    """Snapshot rows from a folder written by `Dataset.to_disk` (records.json beside .argilla/)."""
+    """Snapshot rows from a folder written by `Dataset.to_disk` (records.json beside .argilla/), or from a
+    snapshot JSONL written by an earlier pull (`review pull --snapshot`: keeps statuses and discards)."""
     path = Path(path)
+    if path.is_file() and path.suffix == ".jsonl":
+        rows = []
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            try:
+                row = json.loads(line) if line.strip() else None
+            except json.JSONDecodeError as err:
+                raise ReviewError(f"{path}:{i}: not valid JSON ({err})") from None
+            if row is not None:
+                if not isinstance(row, dict) or "record_id" not in row:
+                    raise ReviewError(f"{path}:{i}: not a snapshot row (needs record_id and responses)")
+                rows.append({"responses": [], "drafts": 0, "record_status": "pending", **row})
+        return sorted(rows, key=lambda r: r["record_id"])
     records_file = path / "records.json"
     if not records_file.exists():
         raise ReviewError(

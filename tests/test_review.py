@@ -335,3 +335,18 @@ def test_cli_run_none_mode(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "3 unreviewed" in result.output
     assert {e.review_status for e in read_records(out, Example)} == {"unreviewed"}
+
+
+def test_import_mode_reads_a_pulled_snapshot_with_discards(tmp_path: Path) -> None:
+    exs = make_examples(2)
+    snap = tmp_path / "snap.jsonl"
+    rows = [_snap(exs[0].id, _resp("a1", "discarded")), _snap(exs[1].id, _resp("a1", category="clear"))]
+    snap.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert R.read_export(snap) == sorted(rows, key=lambda r: r["record_id"])
+    src = tmp_path / "in.parquet"
+    write_records(src, exs)
+    stats = R.run(src, tmp_path / "out.parquet", R.ReviewConfig(mode="import", import_path=str(snap)))
+    assert (stats["discarded"], stats["pending"]) == (1, 1)
+    snap.write_text('{"record_id": "x"}\nnot json\n')
+    with pytest.raises(R.ReviewError, match=r"snap.jsonl:2: not valid JSON"):
+        R.read_export(snap)
