@@ -794,10 +794,9 @@ def send_back(examples: list[Example], review_cfg: Any) -> Any:
     In review mode `none` the rows are only marked `pending` (already done by the policy) and listed
     in the issues file.
     """
-    try:
-        from clariedge.annotation.review import send_back as review_send_back
-    except ImportError:
-        log.warning("clean: clariedge.annotation.review.send_back not available; rows only marked pending")
-        return {"pushed": 0, "marked_pending": len(examples)}
+    if review_cfg is None:
+        return {"records": len(examples), "sent": 0, "skipped_reason": "no review config given"}
+    from clariedge.annotation.review import send_back as review_send_back
+
     worst_first = sorted(examples, key=lambda e: (e.label_quality if e.label_quality is not None else 1.0, e.id))
     return review_send_back(worst_first, {e.id: e.label_quality for e in worst_first}, review_cfg)

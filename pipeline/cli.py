@@ -316,6 +316,77 @@ def review_export(
     typer.echo(f"exported to {path}")
 
 
+# --- clean and publish ---------------------------------------------------------------------------
+@app.command()
+def clean(
+    reviewed: Annotated[Path, typer.Argument(help="reviewed examples parquet")] = Path("data/reviewed.parquet"),
+    output: Annotated[Path, typer.Option("-o", "--output", help="cleaned examples parquet")] = Path(
+        "data/cleaned.parquet"
+    ),
+    issues: Annotated[Path, typer.Option(help="label issues CSV (flagged rows, why, what was done)")] = Path(
+        "reports/label_issues.csv"
+    ),
+    report: Annotated[Path, typer.Option(help="label issues Markdown report")] = Path("reports/label_issues.md"),
+    confusion: Annotated[Path, typer.Option(help="confusion plot PNG")] = Path("reports/confusion.png"),
+    stats: Annotated[Path | None, typer.Option(help="stats JSON (a DVC metric)")] = None,
+    cache: Annotated[Path, typer.Option(help="MiniLM embedding cache (SQLite)")] = Path("cache/embeddings.sqlite"),
+    policy: Annotated[str | None, typer.Option(help="override clean.policy: drop | relabel | send_back")] = None,
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """Find label issues with cleanlab (grouped-CV MiniLM classifier, annotators) and drop/relabel/send back."""
+    from pydantic import ValidationError
+
+    from clariedge import clean as stage
+    from clariedge.config import load_params
+    from clariedge.io import describe_validation_error
+
+    try:
+        cfg = load_section(params, "clean", stage.CleanConfig) if params.exists() else stage.CleanConfig()
+        if policy is not None:
+            cfg = stage.CleanConfig.model_validate({**cfg.model_dump(), "policy": policy})
+        review_cfg = review_config(params) if cfg.policy == "send_back" else None
+        seed = int(load_params(params).get("seed", 0)) if params.exists() else 0
+        s = stage.run(reviewed, output, cfg, seed=seed, issues_csv=issues, issues_md=report,
+                      confusion_png=confusion, stats_path=stats, cache_path=cache, review_cfg=review_cfg)
+    except ValidationError as err:
+        fail(f"--policy: {describe_validation_error(err)}")
+    except (ConfigError, FileNotFoundError, ValueError) as err:
+        fail(str(err))
+    typer.echo(f"{s['rows_in']} rows, {s['flagged']} flagged ({cfg.policy}), {s['rows_out']} written to {output}")
+
+
+@app.command()
+def publish(
+    cleaned: Annotated[Path, typer.Argument(help="cleaned examples parquet")] = Path("data/cleaned.parquet"),
+    output: Annotated[Path, typer.Option("-o", "--output", help="DatasetDict folder (save_to_disk + card)")] = Path(
+        "data/clariedge"
+    ),
+    parquet_dir: Annotated[Path, typer.Option(help="one parquet per split")] = Path("data/clariedge-parquet"),
+    chat_dir: Annotated[Path, typer.Option(help="chat-format JSONL per split")] = Path("data/clariedge-chat"),
+    stats: Annotated[Path | None, typer.Option(help="stats JSON (a DVC metric)")] = None,
+    clean_stats: Annotated[Path | None, typer.Option(help="clean's stats JSON, quoted in the card")] = None,
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """Split by conversation (stratified by category x setting); write the dataset, card, parquet and chat files.
+
+    Pushes to the Hub only when params `publish.hub_repo` is set and HF_TOKEN is in the environment.
+    """
+    import os
+
+    from clariedge import publish as stage
+    from clariedge.config import load_params
+
+    try:
+        cfg = load_section(params, "publish", stage.PublishConfig) if params.exists() else stage.PublishConfig()
+        token = os.environ.get("HF_TOKEN") if cfg.hub_repo else None
+        seed = int(load_params(params).get("seed", 0)) if params.exists() else 0
+        s = stage.run(cleaned, output, parquet_dir, chat_dir, cfg, seed=seed, stats_path=stats,
+                      clean_stats_path=clean_stats, hub_token=token)
+    except (ConfigError, FileNotFoundError, ValueError) as err:
+        fail(str(err))
+    typer.echo(f"splits {s['rows']} written to {output}, {parquet_dir}, {chat_dir}")
+
+
 def run() -> None:  # pragma: no cover - console entry point
     try:
         app()
