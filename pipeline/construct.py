@@ -91,6 +91,11 @@ class ConstructConfig(StageConfig):
     lowercase_prob: float = Field(0.15, ge=0.0, le=1.0, description="chance of lower-casing a turn, any category")
     drop_qmark_prob: float = Field(0.1, ge=0.0, le=1.0, description="chance of dropping the final '?', any category")
     max_turn_words: int = Field(80, ge=5, description="skip seed turns longer than this")
+    entities_per_seed: int = Field(2, ge=0, description="entities generalised per seed turn (loose questions)")
+    length_match: bool = Field(True, description="thin out clear rows whose turn length is over-represented")
+    length_match_slack: float = Field(
+        1.5, ge=0.0, description="keep rate per length bin = min(1, slack * other share / clear share)"
+    )
     separability: bool = Field(True, description="compute the shallow-separability report (sklearn)")
     separability_folds: int = Field(5, ge=2)
 
@@ -869,9 +874,19 @@ def _generalized_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> No
     """Loose questions (modifier removed): hn in the naming dialog, ad unpinned/stitched, adoc, hn by docs."""
     ctx = em.ctx
     cands = _seed_entities(seed, ctx)
-    if not cands:
-        return
-    entity, question = cands[ctx.rng.randrange(len(cands))]
+    # title entities (with documents) first, then the text's own; a few per seed, drawn
+    titled = [c for c in cands if c[0].title]
+    plain = [c for c in cands if not c[0].title]
+    ctx.rng.shuffle(titled)
+    ctx.rng.shuffle(plain)
+    for entity, question in [*titled, *plain][: ctx.cfg.entities_per_seed]:
+        _generalized_entity_rows(em, seed, hosts, entity, question)
+
+
+def _generalized_entity_rows(
+    em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn], entity: Entity, question: str
+) -> None:
+    ctx = em.ctx
     det = _DETERMINERS[ctx.rng.randrange(len(_DETERMINERS))]
     loose = generalize(question, entity, det)
     if loose is None or len(words(loose)) < 3:
@@ -995,9 +1010,37 @@ def construct(
         _dialog_rows(em, seed, hosts)
         _generalized_rows(em, seed, hosts)
     rows = _dedup(out, ctx)
+    if cfg.length_match:
+        rows = _length_match(rows, ctx)
     rows.sort(key=lambda e: (e.conversation_id, e.provenance.seed_id, e.category, e.setting, e.id))
     stats = _stats(rows, ctx, len(seeds), cfg)
     return rows, ctx.rejects, stats
+
+
+_LENGTH_BINS = (0, 4, 6, 8, 10, 12, 15, 19, 25, 10_000)
+
+
+def _length_bin(text: str) -> int:
+    n = len(words(text))
+    return next(i for i, edge in enumerate(_LENGTH_BINS[1:]) if n <= edge)
+
+
+def _length_match(rows: list[Example], ctx: _Ctx) -> list[Example]:
+    """Thin out clear rows (seeded) where their last-turn length is over-represented against the other
+    categories, so that length alone says little about the label."""
+    clear = [r for r in rows if r.category == "clear"]
+    other = [r for r in rows if r.category != "clear"]
+    if not clear or not other:
+        return rows
+    c_hist = Counter(_length_bin(r.last_turn) for r in clear)
+    o_hist = Counter(_length_bin(r.last_turn) for r in other)
+    ratio = {b: (o_hist[b] / len(other)) / (c_hist[b] / len(clear)) for b in c_hist}
+    drop: set[str] = set()
+    for r in sorted(clear, key=lambda e: e.id):
+        if ctx.rng.random() >= ratio[_length_bin(r.last_turn)] * ctx.cfg.length_match_slack:
+            drop.add(r.id)
+    ctx.skipped["length_matched_out"] += len(drop)
+    return [r for r in rows if r.id not in drop]
 
 
 def _dedup(rows: list[Example], ctx: _Ctx) -> list[Example]:
