@@ -182,6 +182,7 @@ class OpenAIBackend:
 
     async def agenerate(self, messages: list[dict[str, str]], **gen: Any) -> Completion:
         import openai
+        from openai.types.chat import ChatCompletion
 
         client = self._get_client()
         kwargs: dict[str, Any] = {"model": self.cfg.model, "messages": messages}
@@ -198,7 +199,10 @@ class OpenAIBackend:
             retry_after: float | None = None
             self.stats["requests"] += 1
             try:
-                resp = await client.chat.completions.create(**kwargs)
+                # the client's public `post` with the typed response model: the same request, error
+                # classes and parsing as `chat.completions.create`, without its per-call walk over the
+                # typed params (~5 ms CPU a call, which caps throughput at high concurrency)
+                resp = await client.post("/chat/completions", body=kwargs, cast_to=ChatCompletion)
             except openai.APITimeoutError:
                 reason, detail = "timeout", f"no answer within {self.cfg.timeout_s:g} s"
             except openai.APIConnectionError as err:

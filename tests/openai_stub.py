@@ -16,7 +16,7 @@ Behaviours: `ok(content)`, `rate_limited(retry_after)` (429 + Retry-After), `ser
 `invalid(content)` (a well-formed completion whose content fails the prompt's schema).
 The server counts `hits` (requests received) and keeps every request body in `bodies`.
 
-Run it by hand: `python tests/openai_stub.py --port 8011 --latency 0.2` (then point
+Run it by hand (`GET /stats` gives the counts): `python tests/openai_stub.py --port 8011 --latency 0.2` (then point
 `synthesize.openai.base_url` at http://127.0.0.1:8011/v1).
 """
 
@@ -30,6 +30,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 
@@ -147,6 +148,7 @@ class OpenAIStub:
 def _handler(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as real servers do
+        disable_nagle_algorithm = True  # headers and body go in two writes: no 40 ms delayed-ACK stall
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence per-request logging
             return
@@ -165,7 +167,11 @@ def _handler(stub: OpenAIStub) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-            if self.path.rstrip("/") == "/v1/models":
+            if self.path.rstrip("/") == "/stats":  # for a stub running in another process (bench)
+                with stub._lock:
+                    counts = {"hits": stub.hits, "completed": stub.completed}
+                self._send(200, json.dumps(counts).encode())
+            elif self.path.rstrip("/") == "/v1/models":
                 self._send(
                     200, json.dumps({"object": "list", "data": [{"id": "stub-model", "object": "model"}]}).encode()
                 )
@@ -228,13 +234,18 @@ def main() -> None:  # pragma: no cover - manual use
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--port", type=int, default=8011)
     ap.add_argument("--latency", type=float, default=0.0)
+    ap.add_argument("--port-file", help="write the port here once listening (use with --port 0)")
     args = ap.parse_args()
     stub = OpenAIStub(latency=args.latency, port=args.port).start()
+    if args.port_file:
+        Path(args.port_file).write_text(str(stub.port), encoding="utf-8")
     print(f"OpenAI stub on {stub.base_url} (Ctrl-C to stop)", flush=True)
     try:
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
+        pass
+    finally:
         stub.stop()
 
 
