@@ -126,13 +126,18 @@ cmd_up() {
   wait_port "$ES_PORT" 60 noida
   wait_port "$REDIS_PORT" 30 noida
 
-  "$VENV/bin/python" -m argilla_server database migrate >>"$LOGS/migrate.log" 2>&1 \
-    || die "database migration failed; see $LOGS/migrate.log"
-  create_user "$OWNER" "$OWNER_PASSWORD" "$OWNER_KEY" owner
-  local a
-  for a in $ANNOTATORS; do
-    create_user "$a" "$a$ANNOTATOR_PASSWORD_SUFFIX" "$a.apikey" annotator
-  done
+  # migrate + users once per data folder and user list (each is a Python start-up: seconds apiece)
+  local a setup_key
+  setup_key="${SERVER_PKGS[*]}|$WORKSPACE|$OWNER|$OWNER_KEY|$ANNOTATORS|$ANNOTATOR_PASSWORD_SUFFIX"
+  if [[ ! -f "$DATA/argilla.db" || "$(cat "$DATA/setup.done" 2>/dev/null)" != "$setup_key" ]]; then
+    "$VENV/bin/python" -m argilla_server database migrate >>"$LOGS/migrate.log" 2>&1 \
+      || die "database migration failed; see $LOGS/migrate.log"
+    create_user "$OWNER" "$OWNER_PASSWORD" "$OWNER_KEY" owner
+    for a in $ANNOTATORS; do
+      create_user "$a" "$a$ANNOTATOR_PASSWORD_SUFFIX" "$a.apikey" annotator
+    done
+    printf '%s' "$setup_key" >"$DATA/setup.done"
+  fi
 
   start server "$LOGS/server.log" "$VENV/bin/python" -m argilla_server start --host "$HOST" --port "$PORT"
   start worker "$LOGS/worker.log" "$VENV/bin/python" -m argilla_server worker --num-workers 1
