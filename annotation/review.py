@@ -77,7 +77,7 @@ class ReviewConfig(StageConfig):
         return S.dataset_name(f"{self.dataset}-{self.recheck_suffix}")
 
 
-class ReviewError(RuntimeError):
+class ReviewError(ValueError):
     """A review problem worth one clear line: server down, wrong key, changed settings, missing export."""
 
 
@@ -350,6 +350,8 @@ class Connection:
             raise ReviewError("no Argilla API key: set ARGILLA_API_KEY (`clariedge review up` prints it)")
         import httpx
 
+        for noisy in ("httpx", "argilla", "argilla.sdk"):  # one line per request / per settings object
+            logging.getLogger(noisy).setLevel(logging.WARNING)
         conn = cls(url=url.rstrip("/"), key=key, timeout=timeout)
         conn._http = httpx.Client(base_url=conn.url, headers={"X-Argilla-Api-Key": key}, timeout=timeout)
         conn.me = conn.request("GET", "/api/v1/me")
