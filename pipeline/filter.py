@@ -19,6 +19,8 @@ Steps, in order (each drop is a reject with its reason, counted as `dropped_<rea
    `judge.on_error`).
 6. balancing (seeded): at most `balance.max_per_cell` rows per category x setting, and no category
    above `balance.max_share` of its setting's rows (`balanced_out`).
+The stats end with the shallow-separability report of the kept rows (`clariedge.construct`): how well a
+bag-of-words model on the last turn alone tells each category from the rest (0.5 = chance).
 
 Inputs:  candidate examples (parquet, `Example` rows), e.g. data/candidates.parquet.
 Outputs: filtered examples (parquet, sorted), rejects JSONL, stats JSON (counts per category/setting in
@@ -92,6 +94,7 @@ class FilterConfig(StageConfig):
     dedup: DedupConfig = DedupConfig()
     balance: BalanceConfig = BalanceConfig()
     judge: JudgeConfig = JudgeConfig()
+    separability: bool = Field(True, description="bag-of-words AUC on the kept rows' last turns, per category")
 
 
 class FilterError(RuntimeError):
@@ -423,6 +426,10 @@ def transform(
         "rejected": len(rejects),
     }
     stats.update(rejects.counts())
+    if cfg.separability:
+        from clariedge.construct import shallow_separability
+
+        stats["shallow_separability"] = shallow_separability(kept)
     return kept, rejects, stats
 
 
