@@ -257,7 +257,8 @@ def find_anchor(turn: str, rewrite: str | None) -> Anchor | None:
     if not toks:
         return None
     rw = words(rewrite or "")
-    # a definite noun the rewrite specifies: "the plan" -> "the Lite plan"
+    added = terms(rewrite or "") - terms(turn)
+    # a definite noun the rewrite specifies with a word it adds: "the plan" -> "the Lite plan"
     for i, w in enumerate(toks[:-1]):
         nxt = toks[i + 1]
         if (
@@ -265,11 +266,12 @@ def find_anchor(turn: str, rewrite: str | None) -> Anchor | None:
             and nxt not in STOP
             and nxt not in _NOT_NOUNS
             and len(nxt) > 2
+            and nxt.isalpha()
             and not nxt.endswith(("ed", "ing", "ly"))
         ):
             noun = nxt
             for j, r in enumerate(rw[1:], start=1):
-                if stem(r) == stem(noun) and rw[j - 1] not in ("the", "this", "that", "these", "those", "a", "an"):
+                if stem(r) == stem(noun) and stem(rw[j - 1]) in added:
                     return Anchor("noun", noun, _context(turn, noun))
     for w in toks:
         if w in PRONOUNS:
@@ -420,6 +422,9 @@ def text_entities(text: str) -> list[Entity]:
     """`Capitalised Modifier + generic head` mentions in running text ("the Lite plan", "Penobscot River")."""
     out = []
     for m in _LEX_MENTION.finditer(text):
+        before, after = text[: m.start()], text[m.end() :]
+        if re.search(r"[A-Z][\w'’-]*\s+(?:of|for|and|de|on)\s+(?:the\s+)?$", before) or re.match(r"\s+[A-Z0-9]", after):
+            continue  # part of a longer name: "Defense of Marriage Act", "Cloud Functions SDK"
         mod = m["mod"].strip().split()
         while mod and (mod[0].lower() in STOP or mod[0].lower() in _DETERMINERS):
             mod = mod[1:]  # a sentence-initial question word is not a modifier
@@ -570,6 +575,8 @@ CLARIFY_DOCS: dict[str, list[str]] = {
     "many": [
         "The documents cover several: {list}. Which one do you mean?",
         "For example {list}: which one are you asking about?",
+        "Which one do you mean: {or_list}?",
+        "There are several possibilities ({list}). Which one do you mean?",
         "I found a few possibilities ({list}). Which do you mean?",
         "There are several matches: {list}. Which one should I answer about?",
         "The passages mention {list}. Could you narrow it down?",
@@ -612,10 +619,15 @@ def clarify_dialog(anchor: Anchor, rng: random.Random) -> tuple[str, str]:
     return _cap(text), f"clarify.{anchor.kind}.{i}"
 
 
-def clarify_documents(labels: Sequence[str], rng: random.Random) -> tuple[str, str]:
+_MENTIONS_RETRIEVAL = re.compile(r"\b(documents?|passages?|found|matches|information on)\b", re.I)
+
+
+def clarify_documents(labels: Sequence[str], rng: random.Random, retrieved: bool = True) -> tuple[str, str]:
+    """A clarification naming the interpretations; without documents, one that does not cite any."""
     size = "two" if len(labels) == 2 else "few" if len(labels) == 3 else "many"
     bank = CLARIFY_DOCS[size]
-    i = rng.randrange(len(bank))
+    allowed = [i for i, t in enumerate(bank) if retrieved or not _MENTIONS_RETRIEVAL.search(t)]
+    i = allowed[rng.randrange(len(allowed))]
     a, b = labels[0], labels[1]
     text = bank[i].format(a=a, b=b, A=_cap(a), **_listing(labels))
     return _cap(text), f"clarify_docs.{size}.{i}"
@@ -660,11 +672,22 @@ def _build_entities(seeds: Sequence[SeedTurn]) -> tuple[dict[str, dict[str, Enti
     return colliding, {t: [docs[k] for k in sorted(docs)] for t, docs in docs_by_title.items()}
 
 
-def _surface(text: str, ctx: _Ctx) -> tuple[str, list[str]]:
-    """Category-blind surface variation of a turn: lead-in, lower-casing, dropped question mark."""
+TOPIC_SWITCHES = frozenset({"Different question: ", "Unrelated, but ", "Changing the subject, ", "Something else: "})
+# rows whose label rests on the dialog resolving the turn: an explicit topic switch would cut that link
+_DIALOG_RESOLVED = frozenset({"hn_dialog_resolves", "hn_generalized_in_dialog"})
+
+
+def _surface(text: str, ctx: _Ctx, switch_ok: bool = True) -> tuple[str, list[str]]:
+    """Surface variation of a turn, drawn alike for every category: lead-in, lower-casing, dropped '?'.
+
+    Topic-switch lead-ins ("Unrelated, but") go on every category except rows whose label says the
+    dialog resolves the turn."""
     rng, cfg, tags = ctx.rng, ctx.cfg, []
     if rng.random() < cfg.lead_in_prob:
         i = rng.randrange(len(LEAD_INS))
+        if not switch_ok and LEAD_INS[i] in TOPIC_SWITCHES:
+            allowed = [j for j, lead in enumerate(LEAD_INS) if lead not in TOPIC_SWITCHES]
+            i = allowed[rng.randrange(len(allowed))]
         first = text[:1]
         rest = text if (text[:2].isupper() or text.startswith("I ")) else first.lower() + text[1:]
         text, _ = LEAD_INS[i] + rest, tags.append(f"lead{i}")
@@ -715,7 +738,7 @@ class _Emitter:
             return None
         tags: list[str] = []
         if surface:
-            turn, tags = _surface(turn, self.ctx)
+            turn, tags = _surface(turn, self.ctx, switch_ok=method not in _DIALOG_RESOLVED)
         tmpl = ".".join(t for t in (template, *tags) if t) or "as_is"
         category = METHODS[method]
         try:
@@ -913,7 +936,7 @@ def _generalized_entity_rows(
         if siblings and ctx.rng.random() < 0.4:
             labels = [e.label for e in family[: ctx.cfg.max_interpretations]]
             ctx.rng.shuffle(labels)
-            clar, tmpl = clarify_documents(labels, ctx.rng)
+            clar, tmpl = clarify_documents(labels, ctx.rng, retrieved=False)
         else:
             labels, (clar, tmpl) = [], clarify_dialog(noun_anchor, ctx.rng)
         em.emit(
