@@ -453,6 +453,8 @@ def generalize(question: str, entity: Entity, determiner: str) -> str | None:
         else:
             proper = entity.head[:1].isupper() and " " not in entity.head and not entity.head.endswith("s")
             has_article = bool(m.groupdict().get("the"))
+            if name.endswith("s") and determiner in ("this", "that"):
+                determiner = "these" if determiner == "this" else "those"
             art = f"{determiner} " if has_article and not proper else ""
             repl = f"{art}{name}"
         out = question[: m.start()] + repl + question[m.end() :]
@@ -486,7 +488,7 @@ CLARIFY: dict[str, list[str]] = {
         "Which {noun} are you talking about here?",
         "Just to be sure, which {noun} is your question about?",
         "I don't see a {noun} mentioned yet. Can you say which one you mean?",
-        'You asked "{context}". Which {noun} is that?',
+        'You asked "{context}". Which {noun} do you mean there?',
         'In "{context}", which {noun} do you mean?',
         'When you say "{context}", which {noun} are you thinking of?',
     ],
@@ -612,9 +614,18 @@ def _listing(labels: Sequence[str]) -> dict[str, str]:
     }
 
 
+_SINGULAR_ONLY = re.compile(r"\ba (?:specific )?\{noun\}|name it|Which one|see one", re.I)
+
+
+def _plural(noun: str) -> bool:
+    return noun.lower().endswith("s") and stem(noun) != noun.lower()
+
+
 def clarify_dialog(anchor: Anchor, rng: random.Random) -> tuple[str, str]:
     bank = CLARIFY[anchor.kind]
-    i = rng.randrange(len(bank))
+    plural = anchor.kind == "noun" and _plural(anchor.text)
+    allowed = [i for i, t in enumerate(bank) if not (plural and _SINGULAR_ONLY.search(t))]
+    i = allowed[rng.randrange(len(allowed))]
     text = bank[i].format(noun=anchor.text, anchor=anchor.text, fragment=anchor.text, context=anchor.context)
     return _cap(text), f"clarify.{anchor.kind}.{i}"
 
