@@ -256,3 +256,13 @@ def test_shallow_separability_detects_a_telltale_word(sample_rows: list[Example]
     assert report["bow_last_turn"]["clear"] > 0.99
     honest = shallow_separability(sample_rows, folds=3)
     assert honest["bow_last_turn"]["clear"] < report["bow_last_turn"]["clear"]
+
+
+def test_stats_carry_the_shallow_separability_report(sample_seeds: list[SeedTurn]) -> None:
+    _, _, stats = construct(sample_seeds[:80], ConstructConfig(separability_folds=3), rng=random.Random(2))
+    report = stats["shallow_separability"]
+    assert report["metric"] == "roc_auc_oof_grouped" and report["folds"] == 3
+    for name in ("clear", "hard_negative", "ambiguous_dialog", "needs_clarification"):
+        assert 0.0 <= report["bow_last_turn"][name] <= 1.0
+        assert 0.5 <= report["length_only"][name] <= 1.0
+    assert stats["rows"] == sum(stats["by_category"].values())
