@@ -578,14 +578,20 @@ class Runner:
 
             bar = tqdm(total=len(jobs), desc=desc, unit="call", leave=False)
 
-        async def one(job: Job) -> Outcome:
-            out = await self.arun(job)
-            if bar is not None:
-                bar.update(1)
-            return out
+        results: list[Outcome | None] = [None] * len(jobs)
+        todo = iter(range(len(jobs)))  # shared by the workers (one event loop: no race)
+
+        async def worker() -> None:
+            # `concurrency` workers each render, look up and call one job at a time, so rendering and
+            # parsing overlap other workers' network waits instead of all happening up front
+            for i in todo:
+                results[i] = await self.arun(jobs[i])
+                if bar is not None:
+                    bar.update(1)
 
         try:
-            return list(await asyncio.gather(*(one(j) for j in jobs)))
+            await asyncio.gather(*(worker() for _ in range(min(self.concurrency, len(jobs)))))
+            return [r for r in results if r is not None]
         finally:
             if bar is not None:
                 bar.close()
