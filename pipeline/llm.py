@@ -547,7 +547,8 @@ class Runner:
                 self.usage.cached_prompt_tokens += completion.prompt_tokens
                 self.usage.cached_completion_tokens += completion.completion_tokens
             else:
-                assert self._sem is not None
+                if self._sem is None:  # arun called directly, outside arun_many
+                    self._sem = asyncio.Semaphore(self.concurrency)
                 try:
                     async with self._sem:
                         completion = await self.backend.agenerate(messages, **gen)

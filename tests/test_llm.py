@@ -246,3 +246,11 @@ def test_transformers_backend_on_smollm2(tmp_path: Path) -> None:
     # sync interface too
     text = backend.generate([{"role": "user", "content": "Say hi."}], temperature=0.0, max_tokens=8, json=False)
     assert isinstance(text, str)
+
+
+def test_arun_can_be_awaited_directly(stub: OpenAIStub) -> None:
+    import asyncio
+
+    runner = _runner(stub, None)
+    out = asyncio.run(runner.arun(_job(3)))
+    assert out.ok and stub.hits == 1 and out.prompt_hash.startswith("sha256:")
