@@ -70,9 +70,9 @@ warnings.filterwarnings("ignore", message='Field name "construct"', category=Use
 class SynthesizeConfig(StageConfig):
     backend: Literal["construct", "openai", "transformers"] = "construct"
     max_seeds: int | None = Field(None, ge=1, description="sample this many seed turns (seeded); null = all")
-    counts: dict[Category, int] = Field(
+    counts: dict[Category, float] = Field(
         default_factory=lambda: dict.fromkeys(CATEGORIES, 1),
-        description="LLM backends: rows to generate per seed turn and category",
+        description="LLM backends: rows per seed turn and category; a fraction is a seeded chance of one more",
     )
     settings: list[Setting] = Field(default_factory=lambda: ["pre_retrieval", "post_retrieval"], min_length=1)
     prompts: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_PROMPTS))
@@ -88,7 +88,7 @@ class SynthesizeConfig(StageConfig):
 
     @field_validator("counts")
     @classmethod
-    def _counts(cls, v: dict[str, int]) -> dict[str, int]:
+    def _counts(cls, v: dict[str, float]) -> dict[str, float]:
         bad = {k: n for k, n in v.items() if n < 0}
         if bad:
             raise ValueError(f"counts must be >= 0, got {bad}")
@@ -146,7 +146,11 @@ def plan_jobs(
     skipped: Counter[str] = Counter()
     for seed in seeds:
         for category in CATEGORIES:
-            for variant in range(cfg.counts.get(category, 0)):
+            wanted = cfg.counts.get(category, 0)
+            n = int(wanted)
+            if wanted > n and rng.random() < wanted - n:  # drawn only for fractional counts
+                n += 1
+            for variant in range(n):
                 allowed = allowed_settings(seed, category, cfg.settings)
                 if not allowed:
                     skipped["skipped_no_documents"] += 1

@@ -241,3 +241,26 @@ def test_cli_errors_are_one_line(tmp_path: Path, seeds_path: Path) -> None:
     )
     assert r.returncode == 1
     assert "synthesize.tempreature: unknown key" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_plan_draws_settings_and_fractional_counts_from_the_seed(seeds_path: Path) -> None:
+    import random
+
+    seeds = read_records(seeds_path, SeedTurn)
+    counts = {"ambiguous_dialog": 0, "ambiguous_documents": 1, "clear": 0.5, "hard_negative": 2}
+    cfg = SynthesizeConfig(backend="openai", counts=counts)
+    prompts = {t: get_prompt(n) for t, n in cfg.prompts.items()}
+
+    def plan(seed: int) -> list[str]:
+        jobs, skipped = synthesize.plan_jobs(seeds, cfg, prompts, rng=random.Random(seed), base_seed=seed)
+        with_docs = sum(1 for s in seeds if s.documents)
+        assert skipped.get("skipped_no_documents", 0) == len(seeds) - with_docs
+        return [j[0].where for j in jobs]
+
+    a = plan(1)
+    assert a == plan(1) and a != plan(2)
+    clear = [w for w in a if "/clear/" in w]
+    assert 0.3 * len(seeds) < len(clear) < 0.7 * len(seeds)
+    assert sum("/hard_negative/" in w for w in a) == 2 * len(seeds)
+    assert all("/ambiguous_documents/post_retrieval/" in w for w in a if "/ambiguous_documents/" in w)
+    assert {w.split("/")[2] for w in a if "/hard_negative/" in w} == {"pre_retrieval", "post_retrieval"}
