@@ -82,6 +82,7 @@ class TransformersConfig(StageConfig):
     prefill_json: bool = Field(True, description="start the answer with `{` so a small model writes JSON")
     max_input_tokens: int = Field(3072, ge=64, description="longer prompts are cut from the left")
     threads: int | None = Field(None, ge=1, description="torch CPU threads (null: torch's default)")
+    device: str | None = Field(None, description="torch device; null: cuda when available, else cpu")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -330,7 +331,8 @@ class TransformersBackend:
             self._model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
         except OSError as err:
             raise LLMConfigError(f"cannot load model {self.model!r}: {_short(str(err), 300)}") from None
-        self._model.eval()
+        device = self.cfg.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self._model.to(device).eval()
         log.info("loaded %s in %.1f s", self.model, time.perf_counter() - t0)
 
     def generate(self, messages: list[dict[str, str]], **gen: Any) -> str:
@@ -345,7 +347,7 @@ class TransformersBackend:
             prompt = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
             prefill = "{" if (self.cfg.prefill_json and gen.get("json", True)) else ""
             ids = tok(prompt + prefill, return_tensors="pt", add_special_tokens=False)["input_ids"]
-            ids = ids[:, -self.cfg.max_input_tokens :]
+            ids = ids[:, -self.cfg.max_input_tokens :].to(model.device)
             temperature = gen.get("temperature") or 0.0
             max_new = int(gen.get("max_tokens") or 256)
             torch.manual_seed(int(gen.get("seed") or 0))
@@ -359,7 +361,7 @@ class TransformersBackend:
                     do_sample=bool(sample),
                     **{k: v for k, v in sample.items() if k != "do_sample"},
                 )
-            new = out[0, ids.shape[1] :]
+            new = out[0, ids.shape[1] :].cpu()
             self.stats["requests"] += 1
             text = prefill + tok.decode(new, skip_special_tokens=True)
             return Completion(text=text, prompt_tokens=int(ids.shape[1]), completion_tokens=int(new.shape[0]))
