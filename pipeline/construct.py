@@ -373,7 +373,9 @@ def _patterns(kind: str, head: str, modifier: str) -> list[re.Pattern[str]]:
 
 
 def entity_of_title(title: str) -> Entity | None:
-    """The entity a document title names (`Head (Disambiguator)` or `Modifier Head`), else None."""
+    """The entity a document title names (`Head (Disambiguator)` or `Modifier Head`), else None.
+
+    Only titles that share a head with another title form a collision group (see `_build_entities`)."""
     main = _TITLE_SPLIT.split(title.strip())[0].strip() if title else ""
     if not main or _BAD_TITLE_START.match(main):
         return None
@@ -384,13 +386,18 @@ def entity_of_title(title: str) -> Entity | None:
             return None
         return Entity(key=name.lower(), head=name, modifier=dis, label=f"{name} ({dis})", kind="paren", title=title)
     ws = main.split()
-    if len(ws) < 2 or stem(ws[-1].lower()) not in _GENERIC_STEMS:
+    head = ws[-1].lower()
+    if len(ws) < 2 or not head.isalpha() or len(head) < 3 or head in STOP:
+        return None
+    # a name-like modifier ("Penobscot", "Women's association"), not a phrase ("Running a", "Estimating your")
+    mod_words = [w.lower() for w in ws[:-1]]
+    if any(w in STOP for w in mod_words) or mod_words[0].endswith("ing"):
         return None
     return Entity(
         key=stem(ws[-1].lower()),
         head=ws[-1].lower(),
         modifier=" ".join(ws[:-1]),
-        label=f"the {main}",
+        label=f"the {main}" if ws[-1][:1].isupper() else main,
         kind="suffix",
         title=title,
     )
@@ -447,8 +454,11 @@ def generalize(question: str, entity: Entity, determiner: str) -> str | None:
             if name.lower().endswith("s") and not entity.head.endswith("s") and determiner in ("this", "that"):
                 determiner = "these" if determiner == "this" else "those"
             before = words(question[: m.start()])[-1:]
-            if not m.groupdict().get("the") and before and before[0] in _POSSESSIVES:
+            has_the = bool(m.groupdict().get("the"))
+            if not has_the and before and before[0] in _POSSESSIVES:
                 determiner = ""  # "an IBM Cloud account" -> "an account", "my Roth IRA" -> "my IRA"
+            elif not has_the and not name[:1].isupper():
+                determiner = ""  # "about American football" -> "about football"
             repl = f"{determiner} {name.lower()}".strip()
         else:
             proper = entity.head[:1].isupper() and " " not in entity.head and not entity.head.endswith("s")

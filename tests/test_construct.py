@@ -217,7 +217,11 @@ def test_title_entities_and_generalisation() -> None:
     assert river is not None and river.key == "river"
     assert generalize("How long is the Penobscot River?", river, "that") == "How long is that river?"
     assert entity_of_title("List of New England Patriots seasons") is None
-    assert entity_of_title("Aviation photography") is None
+    assert entity_of_title("Running a query") is None  # a phrase, not a name-like modifier
+    assert entity_of_title("Estimating your cost") is None
+    football = entity_of_title("American football")
+    assert football is not None and football.label == "American football"
+    assert generalize("Is American football similar to rugby?", football, "that") == "Is football similar to rugby?"
 
 
 def test_referent_and_anchor_from_rewrite() -> None:
