@@ -669,6 +669,7 @@ class _Ctx:
     by_conv: dict[str, list[SeedTurn]]
     groups: dict[str, dict[str, Entity]]  # entity key -> modifier(lower) -> entity (from titles)
     docs_by_title: dict[str, list[Document]]
+    doc_hosts: list[SeedTurn] = field(default_factory=list)
     rejects: Rejects = field(default_factory=Rejects)
     counts: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
@@ -885,8 +886,11 @@ def _pick_host(
     if anchor is not None and anchor.kind == "noun":
         avoid_terms |= terms(anchor.text)
     other_domain = ctx.cfg.stitch_other_domain and (anchor is None or anchor.kind != "noun")
-    for _ in range(ctx.cfg.stitch_tries):
-        h = hosts[ctx.rng.randrange(len(hosts))]
+    with_docs = ctx.doc_hosts
+    for k in range(ctx.cfg.stitch_tries):
+        # half the tries go to dialogs with passages, so that stitched rows also exist post-retrieval
+        pool = with_docs if with_docs and k % 2 == 0 else hosts
+        h = pool[ctx.rng.randrange(len(pool))]
         if h.conversation_id == seed.conversation_id or len(h.messages) < 2:
             continue
         if other_domain and h.domain == seed.domain:
@@ -1044,6 +1048,7 @@ def construct(
     groups, docs_by_title = _build_entities(seeds)
     ctx = _Ctx(seeds=seeds, cfg=cfg, rng=rng, by_conv=by_conv, groups=groups, docs_by_title=docs_by_title)
     hosts = [s for s in seeds if len(s.messages) >= 2]
+    ctx.doc_hosts = [s for s in hosts if s.documents]
     out: list[Example] = []
     for seed in seeds:
         if len(words(seed.last_turn)) > cfg.max_turn_words:
