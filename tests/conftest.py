@@ -22,3 +22,16 @@ def mtrag_dir() -> Path:
 @pytest.fixture(scope="session")
 def sample_dir() -> Path:
     return SAMPLE
+
+
+@pytest.fixture(scope="session")
+def base_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The base model as an HF folder: `models/base` when `dvc repro base_model` made it, else built now (slow)."""
+    built = ROOT / "models" / "base"
+    if (built / "config.json").exists() and (built / "model.safetensors").exists():
+        return built
+    from clariedge.training.base_model import BaseModelConfig, run
+
+    out = tmp_path_factory.mktemp("models") / "base"
+    run(out, BaseModelConfig())
+    return out

@@ -1,0 +1,460 @@
+"""Stage `evaluate`: the trained adapter and the baselines on the test split, in one run.
+
+Systems: `adapter` (the default LoRA variant), `zero_shot` and `few_shot` (the base model prompted
+with the same system instruction, without an adapter; few-shot adds k worked examples from the
+train split), and `minilm` (MiniLM sentence embeddings of the last turn, the dialog before it and
+the documents, with a logistic regression trained on the train split: classification only).
+
+How the language models are scored: the prompt ends with the answer prefix `{"clarification": "`,
+so one forward pass gives the first answer token; the decision is "needs clarification" unless that
+greedy token is the first token of `CLEAR` (exactly the decision greedy decoding makes). A question
+is then generated (greedy, `max_new_tokens`) only for the rows flagged, and scored against the
+reference on the rows where both ask. Unparseable answers are counted, never fatal.
+
+Inputs:  the test split, the train split (few-shot examples, the MiniLM classifier), the adapter
+         folder, the base model folder.
+Outputs: `metrics/eval.json` (DVC metrics), per-row predictions JSONL, plots: confusion matrices
+         (PNG) and `classes.csv` (actual/predicted for DVC's confusion template).
+Params:  `evaluate.*` (max_rows, batch_size, max_new_tokens, generate, embed_cache, baselines.*,
+         llm_judge.*) and the top-level `seed`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+
+from clariedge.chat_format import CLEAR
+from clariedge.config import StageConfig
+from clariedge.io import write_json, write_jsonl, write_text
+from clariedge.schema import Example
+from clariedge.training import metrics as M
+from clariedge.training.data import load_examples, stratified_sample
+
+log = logging.getLogger(__name__)
+
+
+class BaselineSettings(StageConfig):
+    zero_shot: bool = True
+    few_shot: bool = True
+    few_shot_k: int = Field(4, ge=1, le=16)
+    minilm: bool = True
+    max_rows: int | None = Field(None, ge=1, description="cap on test rows for the prompted baselines (stratified)")
+    generate: bool = Field(True, description="generate the prompted baselines' questions (wording metrics)")
+
+
+class JudgeSettings(StageConfig):
+    """Optional LLM judge of clarification quality through an OpenAI-compatible endpoint (off by default)."""
+
+    enabled: bool = False
+    base_url: str = "https://api.openai.com/v1"
+    model: str = "gpt-4o-mini"
+    api_key_env: str = "OPENAI_API_KEY"
+    max_rows: int = Field(100, ge=1)
+    cache: str = "cache/llm.sqlite"
+
+
+class EvaluateConfig(StageConfig):
+    max_rows: int | None = Field(None, ge=1, description="cap on test rows (stratified by category x setting)")
+    batch_size: int = Field(8, ge=1)
+    max_new_tokens: int = Field(48, ge=4)
+    max_length: int | None = Field(None, ge=64, description="prompt cap; default: the adapter's training max_length")
+    generate: bool = Field(True, description="generate questions for flagged rows (wording metrics)")
+    embed_cache: str | None = "cache/embeddings.sqlite"
+    threads: int | None = Field(None, ge=1)
+    baselines: BaselineSettings = BaselineSettings()
+    llm_judge: JudgeSettings = JudgeSettings()
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring one system
+# ---------------------------------------------------------------------------------------------
+def score(
+    rows: Sequence[Example],
+    needs: Sequence[bool],
+    questions: dict[int, str | None] | None = None,
+    *,
+    embed_fn: Callable[[list[str]], Any] | None = None,
+) -> dict[str, Any]:
+    """Decision metrics for `needs`, and wording metrics for `questions` (row index -> generated question)."""
+    gold = [r.needs_clarification for r in rows]
+    out = M.classification(gold, needs)
+    out["fp_rate_hard_negatives"] = M.false_positive_rate([r.category for r in rows], needs)
+    out["accuracy_by_category"] = M.accuracy_by([r.category for r in rows], gold, needs)
+    out["accuracy_by_setting"] = M.accuracy_by([r.setting for r in rows], gold, needs)
+    if questions is not None:
+        out["quality"] = quality(rows, questions, embed_fn=embed_fn)
+    return out
+
+
+def quality(
+    rows: Sequence[Example], questions: dict[int, str | None], *, embed_fn: Callable[[list[str]], Any] | None = None
+) -> dict[str, Any]:
+    """Wording against the reference, over the rows where the gold and the system both ask a question."""
+    pairs = [(i, q) for i, q in sorted(questions.items()) if q and q != CLEAR and rows[i].needs_clarification]
+    out: dict[str, Any] = {"rows": len(pairs)}
+    if not pairs:
+        return {
+            **out,
+            "rouge_l": None,
+            "embedding_similarity": None,
+            "interpretation_coverage": None,
+            "gold_interpretation_coverage": None,
+        }
+    refs = [rows[i].clarification or "" for i, _ in pairs]
+    preds = [q for _, q in pairs]
+    out["rouge_l"] = M.mean([M.rouge_l(p, r) for p, r in zip(preds, refs, strict=True)])
+    if embed_fn is not None:
+        a, b = embed_fn(preds), embed_fn(refs)
+        out["embedding_similarity"] = M.mean([float(x) for x in (a * b).sum(axis=1)])
+    else:
+        out["embedding_similarity"] = None
+    out["interpretation_coverage"] = M.mean([M.interpretation_coverage(p, rows[i].interpretations) for (i, p) in pairs])
+    # the same measure on the reference questions: the ceiling the references themselves reach
+    out["gold_interpretation_coverage"] = M.mean(
+        [M.interpretation_coverage(r, rows[i].interpretations) for (i, _), r in zip(pairs, refs, strict=True)]
+    )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The systems
+# ---------------------------------------------------------------------------------------------
+def lm_predictions(clarifier: Any, rows: Sequence[Example], *, generate: bool) -> dict[str, Any]:
+    """First-token decisions for every row, questions for the flagged rows; timings and parse failures."""
+    items = [(r.messages, r.documents or None) for r in rows]
+    t0 = time.perf_counter()
+    first = clarifier.classify_greedy(items)
+    t_cls = time.perf_counter() - t0
+    needs = [n for _, n in first]
+    questions: dict[int, str | None] = {}
+    raws: dict[int, str] = {}
+    unparseable = 0
+    t1 = time.perf_counter()
+    if generate:
+        from clariedge.training.infer import parse_answer
+
+        flagged = [i for i, n in enumerate(needs) if n]
+        texts = clarifier.generate([items[i] for i in flagged]) if flagged else []
+        for i, raw in zip(flagged, texts, strict=True):
+            value = parse_answer(raw)
+            raws[i] = raw
+            if value is None:
+                unparseable += 1
+            questions[i] = value
+    t_gen = time.perf_counter() - t1
+    return {
+        "needs": needs,
+        "p_clear": [round(p, 5) for p, _ in first],
+        "questions": questions if generate else None,
+        "raws": raws,
+        "unparseable": unparseable,
+        "classify_s": round(t_cls, 1),
+        "generate_s": round(t_gen, 1),
+    }
+
+
+def few_shot_block(train_rows: Sequence[Example], k: int, rng: random.Random, max_doc_chars: int = 160) -> str:
+    """k worked examples (one per category in turn, the shortest dialogs) as text for the system message."""
+    by_cat: dict[str, list[Example]] = {}
+    for r in sorted(train_rows, key=lambda r: r.id):
+        by_cat.setdefault(r.category, []).append(r)
+    picks: list[Example] = []
+    cats = sorted(by_cat)
+    pools = {
+        c: sorted(by_cat[c], key=lambda r: (len(r.messages), sum(len(m.content) for m in r.messages)))[:20]
+        for c in cats
+    }
+    for c in cats:
+        rng.shuffle(pools[c])
+    i = 0
+    while len(picks) < k and any(pools.values()):
+        c = cats[i % len(cats)]
+        if pools[c]:
+            picks.append(pools[c].pop())
+        i += 1
+    parts = ["Examples of the task:"]
+    for n, ex in enumerate(picks, 1):
+        lines = [f"Example {n}:"]
+        for d in ex.documents[:3]:
+            lines.append(f"[document: {d.title}] {d.text[:max_doc_chars]}")
+        lines.extend(f"{m.role}: {m.content}" for m in ex.messages[-3:])
+        lines.append("Answer: " + json.dumps(ex.target, ensure_ascii=False))
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)
+
+
+def minilm_texts(r: Example) -> tuple[str, str, str]:
+    """The three views the MiniLM classifier embeds: last turn, the dialog before it, the documents."""
+    before = " ".join(f"{m.role}: {m.content}" for m in r.messages[-4:-1]) or "(no earlier turns)"
+    docs = " ".join(f"{d.title}. {d.text[:300]}" for d in r.documents[:5]) or "(no documents)"
+    return r.last_turn, before, docs
+
+
+def minilm_baseline(
+    train_rows: Sequence[Example], test_rows: Sequence[Example], *, seed: int, cache: str | None
+) -> list[bool]:
+    """Logistic regression on MiniLM embeddings of (last turn, dialog before it, documents); classification only."""
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+
+    from clariedge.embed import embed
+
+    def features(rows: Sequence[Example]) -> Any:
+        views = [minilm_texts(r) for r in rows]
+        cols = [embed([v[j] for v in views], cache_path=cache) for j in range(3)]
+        return np.concatenate(cols, axis=1)
+
+    y = [int(r.needs_clarification) for r in train_rows]
+    if len(set(y)) < 2:
+        log.warning("minilm baseline: the train split has one class only; predicting it everywhere")
+        return [bool(y[0])] * len(test_rows) if y else [False] * len(test_rows)
+    clf = LogisticRegression(max_iter=2000, C=1.0, random_state=seed)
+    clf.fit(features(train_rows), y)
+    return [bool(p) for p in clf.predict(features(test_rows))]
+
+
+def llm_judge(rows: Sequence[Example], questions: dict[int, str | None], cfg: JudgeSettings) -> dict[str, Any]:
+    """Mean 1-5 rating of generated questions by an LLM judge (OpenAI-compatible), cached; None if nothing to judge."""
+    import os
+
+    from clariedge.llm import LLMCache, OpenAIBackend, OpenAIConfig, cache_key
+
+    backend = OpenAIBackend(
+        OpenAIConfig(base_url=cfg.base_url, model=cfg.model, api_key_env=cfg.api_key_env),
+        os.environ.get(cfg.api_key_env),
+    )
+    pairs = [(i, q) for i, q in sorted(questions.items()) if q and q != CLEAR and rows[i].needs_clarification]
+    pairs = pairs[: cfg.max_rows]
+    ratings: list[float] = []
+    failed = 0
+    with LLMCache(cfg.cache) as cache:
+        for i, q in pairs:
+            r = rows[i]
+            dialog = "\n".join(f"{m.role}: {m.content}" for m in r.messages[-4:])
+            msgs = [
+                {"role": "system", "content": 'You rate clarification questions. Reply with JSON {"rating": 1-5}.'},
+                {
+                    "role": "user",
+                    "content": (
+                        f"Dialog:\n{dialog}\n\nInterpretations: {'; '.join(r.interpretations) or '(not given)'}\n"
+                        f"Reference question: {r.clarification}\nCandidate question: {q}\n\n"
+                        "Rate the candidate from 1 (useless) to 5 (asks exactly what must be clarified, naming the options)."
+                    ),
+                },
+            ]
+            key = cache_key("openai", cfg.model, "clariedge.eval_judge/1", msgs, {"temperature": 0})
+            hit = cache.get(key)
+            try:
+                text = hit.text if hit else backend.generate(msgs, temperature=0)
+                if not hit:
+                    from clariedge.llm import Completion
+
+                    cache.put(key, "openai", cfg.model, "clariedge.eval_judge/1", Completion(text=text))
+                ratings.append(float(json.loads(text[text.find("{") : text.rfind("}") + 1])["rating"]))
+            except Exception as err:  # a judge failure is counted, never fatal
+                log.warning("judge failed on row %d: %s", i, err)
+                failed += 1
+    return {"rows": len(pairs), "failed": failed, "mean_rating": M.mean(ratings)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Plots
+# ---------------------------------------------------------------------------------------------
+def plot_confusions(systems: dict[str, dict[str, Any]], path: str | Path) -> None:
+    """One 2x2 confusion matrix per system, side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(systems)
+    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names), 3.2), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        c = systems[name]["confusion"]
+        grid = [[c["tn"], c["fp"]], [c["fn"], c["tp"]]]
+        ax.imshow(grid, cmap="Blues")
+        for a in range(2):
+            for b in range(2):
+                ax.text(b, a, str(grid[a][b]), ha="center", va="center", fontsize=12)
+        ax.set_xticks([0, 1], ["CLEAR", "ask"])
+        ax.set_yticks([0, 1], ["CLEAR", "ask"])
+        ax.set_xlabel("predicted")
+        ax.set_ylabel("gold")
+        ax.set_title(f"{name}\nacc {systems[name]['accuracy']:.3f}")
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# The stage
+# ---------------------------------------------------------------------------------------------
+def run(
+    test_path: str | Path,
+    train_path: str | Path,
+    adapter_dir: str | Path,
+    base_dir: str | Path,
+    metrics_path: str | Path,
+    predictions_path: str | Path,
+    plots_dir: str | Path,
+    cfg: EvaluateConfig,
+    *,
+    seed: int,
+) -> dict[str, Any]:
+    import torch
+
+    from clariedge.training.infer import Clarifier
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    t_start = time.perf_counter()
+    test_all = load_examples(test_path)
+    train_rows = load_examples(train_path)
+    rows = stratified_sample(test_all, cfg.max_rows, random.Random(seed))
+    log.info("evaluate: %d of %d test rows", len(rows), len(test_all))
+    embed_fn = _embedder(cfg.embed_cache)
+    systems: dict[str, dict[str, Any]] = {}
+    timing: dict[str, Any] = {}
+    per_row: dict[str, dict[str, Any]] = {}
+
+    # ---- the adapter -------------------------------------------------------------------------------
+    clar = Clarifier(
+        adapter_dir,
+        base=base_dir,
+        max_length=cfg.max_length,
+        batch_size=cfg.batch_size,
+        max_new_tokens=cfg.max_new_tokens,
+    )
+    pred = lm_predictions(clar, rows, generate=cfg.generate)
+    systems["adapter"] = score(rows, pred["needs"], pred["questions"], embed_fn=embed_fn)
+    systems["adapter"]["unparseable"] = pred["unparseable"]
+    timing["adapter"] = {"classify_s": pred["classify_s"], "generate_s": pred["generate_s"]}
+    per_row["adapter"] = pred
+    if cfg.llm_judge.enabled and pred["questions"]:
+        systems["adapter"]["llm_judge"] = llm_judge(rows, pred["questions"], cfg.llm_judge)
+    max_length = clar.max_length
+    del clar
+
+    # ---- prompted baselines (base model, no adapter) ------------------------------------------------------
+    b = cfg.baselines
+    brows_idx = _subset_index(rows, b.max_rows, seed)
+    brows = [rows[i] for i in brows_idx]
+    if b.zero_shot or b.few_shot:
+        base = Clarifier(
+            None,
+            base=base_dir,
+            max_length=max_length + (400 if b.few_shot else 0),
+            batch_size=cfg.batch_size,
+            max_new_tokens=cfg.max_new_tokens,
+        )
+        variants = [("zero_shot", "")] if b.zero_shot else []
+        if b.few_shot:
+            variants.append(("few_shot", few_shot_block(train_rows, b.few_shot_k, random.Random(seed))))
+        for name, shots in variants:
+            base.few_shot = shots
+            pred = lm_predictions(base, brows, generate=b.generate and cfg.generate)
+            systems[name] = score(brows, pred["needs"], pred["questions"], embed_fn=embed_fn)
+            systems[name]["unparseable"] = pred["unparseable"]
+            timing[name] = {"classify_s": pred["classify_s"], "generate_s": pred["generate_s"]}
+            per_row[name] = {**pred, "index": brows_idx}
+        del base
+
+    # ---- MiniLM classifier ----------------------------------------------------------------------------------
+    if b.minilm:
+        t0 = time.perf_counter()
+        needs = minilm_baseline(train_rows, rows, seed=seed, cache=cfg.embed_cache)
+        systems["minilm"] = score(rows, needs)
+        timing["minilm"] = {"classify_s": round(time.perf_counter() - t0, 1)}
+        per_row["minilm"] = {"needs": needs}
+
+    # ---- write --------------------------------------------------------------------------------------------------
+    baseline_rows = {n: s["n"] for n, s in systems.items()}
+    # the adapter on exactly the baselines' rows, so the comparison is like for like when they are capped
+    if len(brows_idx) != len(rows):
+        sub = [per_row["adapter"]["needs"][i] for i in brows_idx]
+        systems["adapter_on_baseline_rows"] = M.classification([r.needs_clarification for r in brows], sub)
+    timing["total_s"] = round(time.perf_counter() - t_start, 1)
+    result = {
+        "rows": len(rows),
+        "test_rows": len(test_all),
+        "rows_by_category": _count(r.category for r in rows),
+        "baseline_rows": baseline_rows,
+        "systems": systems,
+        "best_baseline_accuracy": max(
+            (s["accuracy"] for n, s in systems.items() if n not in ("adapter", "adapter_on_baseline_rows")),
+            default=None,
+        ),
+        "timing": timing,
+    }
+    write_json(metrics_path, result)
+    write_jsonl(predictions_path, _prediction_rows(rows, per_row))
+    plots_dir = Path(plots_dir)
+    plot_confusions(
+        {n: s for n, s in systems.items() if "confusion" in s and n != "adapter_on_baseline_rows"},
+        plots_dir / "confusion_matrix.png",
+    )
+    write_text(
+        plots_dir / "classes.csv",
+        "actual,predicted\n"
+        + "".join(
+            f"{_label(r.needs_clarification)},{_label(n)}\n"
+            for r, n in zip(rows, per_row["adapter"]["needs"], strict=True)
+        ),
+    )
+    return result
+
+
+def _label(needs: bool) -> str:
+    return "ask" if needs else "clear"
+
+
+def _count(values: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for v in values:
+        out[v] = out.get(v, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def _subset_index(rows: Sequence[Example], n: int | None, seed: int) -> list[int]:
+    chosen = {r.id for r in stratified_sample(rows, n, random.Random(seed + 1))}
+    return [i for i, r in enumerate(rows) if r.id in chosen]
+
+
+def _embedder(cache: str | None) -> Callable[[list[str]], Any]:
+    from clariedge.embed import embed
+
+    return lambda texts: embed(texts, cache_path=cache)
+
+
+def _prediction_rows(rows: Sequence[Example], per_row: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for system, pred in per_row.items():
+        index = pred.get("index") or list(range(len(rows)))
+        questions = pred.get("questions") or {}
+        for j, i in enumerate(index):
+            r = rows[i]
+            row = {
+                "system": system,
+                "id": r.id,
+                "category": r.category,
+                "setting": r.setting,
+                "gold": r.needs_clarification,
+                "needs": pred["needs"][j],
+            }
+            if "p_clear" in pred:
+                row["p_clear"] = pred["p_clear"][j]
+            if j in questions:
+                row["clarification"] = questions[j]
+            if j in pred.get("raws", {}) and questions.get(j) is None:
+                row["raw"] = pred["raws"][j]
+            out.append(row)
+    return sorted(out, key=lambda x: (x["system"], x["id"]))

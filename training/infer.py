@@ -1,0 +1,315 @@
+"""Inference: the `Clarifier` API and the `predict` command's core.
+
+`Clarifier(adapter_dir).check(messages, documents=None)` returns the contract dict
+`{"clarification": "CLEAR" | question}`. Batches are left-padded and decoded greedily. The answer
+prefix `{"clarification": "` is part of the prompt (as in training), so the first generated token
+already carries the decision: `classify` reads it from one forward pass (no generation), and
+`check_batch` generates a question only for rows whose first token is not the start of `CLEAR`.
+That gives the same output as full greedy decoding at a fraction of the cost.
+
+A reply that cannot be parsed is returned as `{"clarification": None, "raw": ...}` and counted,
+never raised.
+
+Inputs (predict):  MTRAG generation-task JSONL (`input` + `contexts`), the project's JSONL (read by
+                   `clariedge.ingest`), or a split parquet of `Example` rows.
+Outputs (predict): JSONL lines `{"id", "clarification"}` (+ `raw` for unparseable answers), stats.
+Params:            `predict.*` via the CLI (batch_size, max_new_tokens, max_length).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from clariedge.chat_format import CLEAR, parse_output
+from clariedge.training.data import ANSWER_PREFIX, encode_prompt, left_pad
+
+log = logging.getLogger(__name__)
+
+Item = tuple[Sequence[Any], Sequence[Any] | None]  # (messages, documents)
+
+_VALUE = re.compile(r'"clarification"\s*:\s*"((?:[^"\\]|\\.)*)', re.DOTALL)
+
+
+def parse_answer(text: str | None) -> str | None:
+    """`CLEAR`, a question, or None: robust to text around the JSON, a missing closing brace, a bare CLEAR.
+
+    Accepts: a JSON object with a string `clarification` anywhere in the text (the first one that
+    parses); a truncated object (`{"clarification": "Do you mean ...` cut by the token limit); a
+    bare `CLEAR`; a bare question (one line ending in `?`). Everything else is None.
+    """
+    if not text or not text.strip():
+        return None
+    text = text.strip()
+    # 1. the first complete JSON object with a clarification
+    dec = json.JSONDecoder()
+    for i, ch in enumerate(text):
+        if ch != "{":
+            continue
+        try:
+            obj, _ = dec.raw_decode(text[i:])
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("clarification"), str) and obj["clarification"].strip():
+            value = obj["clarification"].strip()
+            return CLEAR if value.upper() == CLEAR else value
+    whole = parse_output(text)
+    if whole:
+        return whole
+    # 2. a truncated object: take the string value as far as it goes
+    m = _VALUE.search(text)
+    if m:
+        try:
+            value = json.loads('"' + m.group(1) + '"')
+        except json.JSONDecodeError:
+            value = m.group(1)
+        value = value.strip()
+        if value.upper().startswith(CLEAR):
+            return CLEAR
+        return value if len(value) >= 3 and any(c.isalpha() for c in value) else None
+    # 3. bare answers
+    if text.strip("\"'` .").upper() == CLEAR:
+        return CLEAR
+    if "\n" not in text and text.endswith("?") and len(text) > 5 and "{" not in text:
+        return text
+    return None
+
+
+def _get(obj: Any, key: str, default: Any = None) -> Any:
+    return obj.get(key, default) if isinstance(obj, dict) else getattr(obj, key, default)
+
+
+def resolve_base(adapter_dir: Path, base: str | Path | None) -> str:
+    """The base model of an adapter: the explicit path, else the one recorded (relative to the adapter)."""
+    if base:
+        return str(base)
+    meta_path = adapter_dir / "clariedge_adapter.json"
+    recorded = None
+    if meta_path.exists():
+        recorded = json.loads(meta_path.read_text(encoding="utf-8")).get("base_model")
+    if recorded is None and (adapter_dir / "adapter_config.json").exists():
+        recorded = json.loads((adapter_dir / "adapter_config.json").read_text(encoding="utf-8")).get(
+            "base_model_name_or_path"
+        )
+    if not recorded:
+        raise FileNotFoundError(f"{adapter_dir}: no base model recorded; pass base=...")
+    for cand in (adapter_dir / recorded, Path(recorded)):
+        if cand.exists():
+            return str(cand)
+    return str(recorded)  # a hub id
+
+
+class Clarifier:
+    """The trained checker (or the bare base model, for baselines): decide whether to ask, and what.
+
+    `adapter_dir=None` with `base=...` gives the base model without an adapter; `few_shot` text is
+    appended to the system instruction (used by the prompted baselines).
+    """
+
+    def __init__(
+        self,
+        adapter_dir: str | Path | None = None,
+        *,
+        base: str | Path | None = None,
+        max_length: int | None = None,
+        max_new_tokens: int = 64,
+        batch_size: int = 8,
+        few_shot: str = "",
+        device: str | None = None,
+        merge: bool = True,
+    ) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.adapter_dir = Path(adapter_dir) if adapter_dir else None
+        meta: dict[str, Any] = {}
+        if self.adapter_dir is not None:
+            if not (self.adapter_dir / "adapter_config.json").exists():
+                raise FileNotFoundError(f"{self.adapter_dir}: not an adapter folder (no adapter_config.json)")
+            meta_path = self.adapter_dir / "clariedge_adapter.json"
+            meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
+            base_path = resolve_base(self.adapter_dir, base)
+        elif base:
+            base_path = str(base)
+        else:
+            raise ValueError("Clarifier needs an adapter folder or a base model")
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        dtype = torch.bfloat16 if self.device.startswith("cuda") and torch.cuda.is_bf16_supported() else torch.float32
+        self.tok = AutoTokenizer.from_pretrained(self.adapter_dir or base_path)
+        if self.tok.pad_token is None:
+            self.tok.pad_token = self.tok.eos_token
+        model = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype)
+        if self.adapter_dir is not None:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, str(self.adapter_dir))
+            if merge:
+                model = model.merge_and_unload()
+        self.model = model.to(self.device).eval()
+        self.model.config.use_cache = True
+        self.max_length = max_length or int(meta.get("max_length", 512))
+        self.max_new_tokens = max_new_tokens
+        self.batch_size = batch_size
+        self.few_shot = few_shot
+        first = self.tok(CLEAR, add_special_tokens=False)["input_ids"]
+        self.clear_token = first[0]
+        self.unparseable = 0
+
+    # ---- encoding ----------------------------------------------------------------------------------
+    def _prompt(self, messages: Sequence[Any], documents: Sequence[Any] | None) -> list[int]:
+        budget = self.max_length - 24  # room for the start of the answer
+        return encode_prompt(self.tok, messages, documents, budget, system_suffix=self.few_shot).ids
+
+    def _batches(self, prompts: list[list[int]]) -> list[list[int]]:
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+        return [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+
+    # ---- the decision from the first answer token -------------------------------------------------------
+    def classify(self, items: Sequence[Item]) -> list[float]:
+        """P(the first answer token starts `CLEAR`) per item; the greedy decision is CLEAR iff it is the argmax.
+
+        Returned as `p_clear`; callers compare against the argmax via `classify_greedy`.
+        """
+        return [p for p, _ in self._first_token(items)]
+
+    def classify_greedy(self, items: Sequence[Item]) -> list[tuple[float, bool]]:
+        """(p_clear, needs_clarification) per item, where needs = the greedy first token is not `CLEAR`'s."""
+        return self._first_token(items)
+
+    def _first_token(self, items: Sequence[Item]) -> list[tuple[float, bool]]:
+        import torch
+
+        prompts = [self._prompt(m, d) for m, d in items]
+        out: list[tuple[float, bool]] = [(0.0, True)] * len(prompts)
+        with torch.inference_mode():
+            for idx in self._batches(prompts):
+                batch = {
+                    k: v.to(self.device) for k, v in left_pad([prompts[i] for i in idx], self.tok.pad_token_id).items()
+                }
+                pos = (batch["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+                logits = self.model(**batch, position_ids=pos, use_cache=False, logits_to_keep=1).logits[:, -1, :]
+                probs = torch.softmax(logits.float(), dim=-1)
+                top = probs.argmax(-1)
+                for j, i in enumerate(idx):
+                    out[i] = (float(probs[j, self.clear_token]), int(top[j]) != self.clear_token)
+        return out
+
+    # ---- full answers ----------------------------------------------------------------------------------
+    def generate(self, items: Sequence[Item], max_new_tokens: int | None = None) -> list[str]:
+        """The raw answer text per item (the answer prefix included), greedy."""
+        import torch
+
+        prompts = [self._prompt(m, d) for m, d in items]
+        texts = [""] * len(prompts)
+        with torch.inference_mode():
+            for idx in self._batches(prompts):
+                batch = {
+                    k: v.to(self.device) for k, v in left_pad([prompts[i] for i in idx], self.tok.pad_token_id).items()
+                }
+                gen = self.model.generate(
+                    **batch,
+                    max_new_tokens=max_new_tokens or self.max_new_tokens,
+                    do_sample=False,
+                    pad_token_id=self.tok.pad_token_id,
+                    eos_token_id=self.tok.eos_token_id,
+                )
+                new = gen[:, batch["input_ids"].shape[1] :]
+                for j, i in enumerate(idx):
+                    texts[i] = ANSWER_PREFIX + self.tok.decode(new[j], skip_special_tokens=True)
+        return texts
+
+    def check_batch(self, items: Sequence[Item], *, shortcut: bool = True) -> list[dict[str, Any]]:
+        """Contract dicts for many items. With `shortcut`, rows whose first token is CLEAR are not generated."""
+        results: list[dict[str, Any]] = [{} for _ in items]
+        todo = list(range(len(items)))
+        if shortcut:
+            decisions = self.classify_greedy(items)
+            todo = [i for i, (_, needs) in enumerate(decisions) if needs]
+            for i, (_, needs) in enumerate(decisions):
+                if not needs:
+                    results[i] = {"clarification": CLEAR}
+        if todo:
+            raws = self.generate([items[i] for i in todo])
+            for i, raw in zip(todo, raws, strict=True):
+                value = parse_answer(raw)
+                if value is None:
+                    self.unparseable += 1
+                    results[i] = {"clarification": None, "raw": raw}
+                else:
+                    results[i] = {"clarification": value}
+        return results
+
+    def check(self, messages: Sequence[Any], documents: Sequence[Any] | None = None) -> dict[str, Any]:
+        """`{"clarification": "CLEAR" | question}` for one dialog ending in a user turn (documents optional)."""
+        return self.check_batch([(messages, documents)])[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# predict: files in, JSONL out
+# ---------------------------------------------------------------------------------------------
+def read_inputs(paths: Sequence[str | Path], *, documents: bool = True) -> tuple[list[dict[str, Any]], Any]:
+    """Rows `{id, messages, documents}` from MTRAG task JSONL / project JSONL (via ingest) or split parquet."""
+    from clariedge.ingest import read_seed_turns
+    from clariedge.io import Rejects
+    from clariedge.training.data import load_examples
+
+    rejects = Rejects()
+    rows: list[dict[str, Any]] = []
+    jsonish: list[str | Path] = []
+    for p in paths:
+        if str(p).endswith(".parquet"):
+            for ex in load_examples(p):
+                rows.append({"id": ex.id, "messages": ex.messages, "documents": ex.documents if documents else []})
+        else:
+            jsonish.append(p)
+    if jsonish:
+        seeds, _ = read_seed_turns(list(jsonish), rejects)
+        for s in seeds:
+            rows.append(
+                {"id": s.source.task_id or s.id, "messages": s.messages, "documents": s.documents if documents else []}
+            )
+    return rows, rejects
+
+
+def predict(clarifier: Clarifier, rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Predictions `{id, clarification}` (input order) and stats (counts, unparseable, seconds)."""
+    t0 = time.perf_counter()
+    before = clarifier.unparseable
+    results = clarifier.check_batch([(r["messages"], r["documents"] or None) for r in rows])
+    preds = [{"id": r["id"], **res} for r, res in zip(rows, results, strict=True)]
+    stats = {
+        "rows": len(rows),
+        "clear": sum(p["clarification"] == CLEAR for p in preds),
+        "clarify": sum(p["clarification"] not in (CLEAR, None) for p in preds),
+        "unparseable": clarifier.unparseable - before,
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    return preds, stats
+
+
+def run_predict(
+    adapter_dir: str | Path,
+    inputs: Sequence[str | Path],
+    out_path: str | Path,
+    *,
+    base: str | Path | None = None,
+    batch_size: int = 8,
+    max_new_tokens: int = 64,
+    max_length: int | None = None,
+    documents: bool = True,
+) -> dict[str, Any]:
+    from clariedge.io import write_jsonl
+
+    rows, rejects = read_inputs(inputs, documents=documents)
+    clarifier = Clarifier(
+        adapter_dir, base=base, batch_size=batch_size, max_new_tokens=max_new_tokens, max_length=max_length
+    )
+    preds, stats = predict(clarifier, rows)
+    write_jsonl(out_path, preds)
+    stats.update(rejects.counts())
+    return stats

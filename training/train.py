@@ -1,0 +1,422 @@
+"""Stage `train`: a LoRA adapter (peft) on the chat-formatted examples, one per named variant.
+
+A plain PyTorch loop driven by `accelerate.Accelerator`: the same code runs on CPU, on one GPU
+(bf16 where the GPU supports it) and on several GPUs under `accelerate launch`. The loss covers the
+answer tokens only (the contract JSON after the chat prompt); batches are padded to their longest
+row and grouped by length; prompts are capped at `max_length` (documents are shortened first, the
+last user turn is always kept). A checkpoint (adapter weights, optimizer, scheduler, RNG, loss
+curve) is written every `save_every` optimizer steps under `checkpoint_dir/<variant>/`; a re-run
+with the same data and params resumes from it.
+
+Inputs:  the train split (parquet, `Example` rows), the base model folder (`models/base`).
+Outputs: `models/<variant>/` (adapter, tokenizer, `clariedge_adapter.json`), `metrics/train_<variant>.json`
+         (loss curve, steps, tokens/s, wall time, peak RAM).
+Params:  `train.*` (LoRA r/alpha/dropout/target_modules, lr, epochs, batch_size, grad_accum, max_length,
+         max_steps, max_rows, save_every, precision, threads) with the overrides of `train.variants.<name>`
+         (e.g. `drop_categories: [hard_negative]`), and the top-level `seed`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import resource
+import shutil
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from pydantic import Field
+
+from clariedge.chat_format import FORMAT_VERSION
+from clariedge.config import StageConfig
+from clariedge.io import write_json
+from clariedge.schema import CATEGORIES, Example
+from clariedge.training.data import Encoded, answer_loss, collate, encode_example, load_examples, stratified_sample
+
+log = logging.getLogger(__name__)
+
+
+class LoraSettings(StageConfig):
+    r: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.05, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    # only these layer indices get adapters (None: all); adapters in the upper layers only also shorten backward
+    layers_to_transform: list[int] | None = None
+
+
+class VariantSettings(StageConfig):
+    """What a named variant may change (everything else comes from the `train` section)."""
+
+    drop_categories: list[str] | None = None
+    lr: float | None = None
+    epochs: float | None = None
+    max_steps: int | None = None
+    max_rows: int | None = None
+
+
+class TrainConfig(StageConfig):
+    lora: LoraSettings = LoraSettings()
+    lr: float = Field(2e-4, gt=0)
+    weight_decay: float = 0.0
+    warmup_ratio: float = Field(0.05, ge=0, lt=1)
+    epochs: float = Field(1.0, gt=0)
+    max_steps: int | None = Field(None, ge=1, description="cap on optimizer steps (a time budget)")
+    batch_size: int = Field(8, ge=1)
+    grad_accum: int = Field(1, ge=1)
+    max_length: int = Field(384, ge=32)
+    max_rows: int | None = Field(None, ge=1, description="cap on training rows (stratified by category)")
+    drop_categories: list[str] = Field(default_factory=list)
+    save_every: int = Field(25, ge=1, description="checkpoint every N optimizer steps")
+    checkpoint_dir: str = "cache/train"
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (None: all cores)")
+    log_every: int = Field(5, ge=1)
+    variants: dict[str, VariantSettings] = Field(default_factory=lambda: {"default": VariantSettings()})
+
+    def for_variant(self, name: str) -> TrainConfig:
+        """This config with the named variant's overrides applied."""
+        if name not in self.variants:
+            raise ValueError(f"train.variants has no variant {name!r} (known: {', '.join(sorted(self.variants))})")
+        over = {k: v for k, v in self.variants[name].model_dump().items() if v is not None}
+        bad = set(over.get("drop_categories", [])) - set(CATEGORIES)
+        if bad:
+            raise ValueError(f"train.variants.{name}.drop_categories: unknown categories {sorted(bad)}")
+        return self.model_copy(update=over)
+
+
+# ---------------------------------------------------------------------------------------------
+# Data selection and batching
+# ---------------------------------------------------------------------------------------------
+def select_rows(rows: Sequence[Example], cfg: TrainConfig, rng: random.Random) -> tuple[list[Example], dict[str, int]]:
+    """Drop the configured categories, then cap to `max_rows` keeping the category mix."""
+    drop = set(cfg.drop_categories)
+    kept = [r for r in rows if r.category not in drop]
+    stats = {"rows_in": len(rows), "dropped_categories": len(rows) - len(kept)}
+    if cfg.max_rows and len(kept) > cfg.max_rows:
+        kept = stratified_sample(kept, cfg.max_rows, rng, key=lambda r: r.category)
+        stats["dropped_max_rows"] = len(rows) - stats["dropped_categories"] - len(kept)
+    stats["rows_used"] = len(kept)
+    return sorted(kept, key=lambda r: r.id), stats
+
+
+def length_grouped_batches(lengths: Sequence[int], batch_size: int, seed: int, epoch: int) -> list[list[int]]:
+    """Shuffled batches of similar lengths (less padding): shuffle, sort within windows of 16 batches."""
+    rng = random.Random(f"{seed}:{epoch}")
+    order = list(range(len(lengths)))
+    rng.shuffle(order)
+    window = batch_size * 16
+    batches: list[list[int]] = []
+    for i in range(0, len(order), window):
+        chunk = sorted(order[i : i + window], key=lambda j: lengths[j])
+        batches.extend(chunk[k : k + batch_size] for k in range(0, len(chunk), batch_size))
+    rng.shuffle(batches)
+    return batches
+
+
+class _EpochSampler:
+    """A batch sampler whose order depends on (seed, epoch) only, so a resumed run sees the same batches."""
+
+    def __init__(self, lengths: Sequence[int], batch_size: int, seed: int) -> None:
+        self.lengths, self.batch_size, self.seed, self.epoch = list(lengths), batch_size, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(length_grouped_batches(self.lengths, self.batch_size, self.seed, self.epoch))
+
+    def __len__(self) -> int:
+        return math.ceil(len(self.lengths) / self.batch_size)
+
+
+class AnswerLossModel(torch.nn.Module):
+    """The LM with the answer-only loss as its forward, so DDP sees one forward per step."""
+
+    def __init__(self, lm: Any) -> None:
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, batch: dict[str, Any]) -> Any:
+        return answer_loss(self.lm, batch)
+
+
+def peak_ram_mb() -> float:
+    """Peak resident memory of this process (MB)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024, 1)
+
+
+def _fingerprint(cfg: TrainConfig, rows: Sequence[Example], base_dir: Path) -> str:
+    blob = json.dumps(
+        [
+            cfg.model_dump(exclude={"variants", "threads", "log_every", "checkpoint_dir"}),
+            [r.id for r in rows],
+            str(base_dir),
+            FORMAT_VERSION,
+        ],
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------
+# The training loop
+# ---------------------------------------------------------------------------------------------
+def train(
+    rows: Sequence[Example],
+    base_dir: str | Path,
+    out_dir: str | Path,
+    cfg: TrainConfig,
+    *,
+    seed: int,
+    variant: str = "default",
+    progress: bool = True,
+    stop_after: int | None = None,
+) -> dict[str, Any]:
+    """Train a LoRA adapter on `rows`, save it (with the tokenizer) to `out_dir`; returns the train metrics.
+
+    `stop_after`: leave after this many optimizer steps of this run with a checkpoint written (no adapter
+    saved; `{"interrupted": True, ...}` returned); the next call resumes from it. For split or tested runs.
+    """
+    from accelerate import Accelerator
+    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+    from tqdm.auto import tqdm
+    from transformers import AutoModelForCausalLM, AutoTokenizer, get_linear_schedule_with_warmup
+
+    # ---- seed first, threads, device and precision -------------------------------------------
+    random.seed(seed)
+    torch.manual_seed(seed)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    base_dir, out_dir = Path(base_dir), Path(out_dir)
+    use_bf16 = cfg.precision == "bf16" or (
+        cfg.precision == "auto" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    )
+    accelerator = Accelerator(gradient_accumulation_steps=cfg.grad_accum, mixed_precision="bf16" if use_bf16 else "no")
+    is_main = accelerator.is_main_process
+    log.info(
+        "train %s: %d rows, device %s, precision %s, config %s",
+        variant,
+        len(rows),
+        accelerator.device,
+        "bf16" if use_bf16 else "fp32",
+        cfg.model_dump(exclude={"variants"}),
+    )
+    if not rows:
+        raise ValueError("no training rows left after selection")
+
+    # ---- tokenizer, encoding ---------------------------------------------------------------------
+    tok = AutoTokenizer.from_pretrained(base_dir)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    encoded: list[Encoded] = [encode_example(tok, r, cfg.max_length) for r in rows]
+    lengths = [len(e.input_ids) for e in encoded]
+    trunc = Counter()
+    for e in encoded:
+        trunc["truncated_documents"] += e.info.truncated_docs
+        trunc["dropped_messages_rows"] += e.info.dropped_messages > 0
+        trunc["cut_middle"] += e.info.cut_middle
+
+    sampler = _EpochSampler(lengths, cfg.batch_size, seed)
+    loader = torch.utils.data.DataLoader(
+        encoded, batch_sampler=sampler, collate_fn=lambda b: collate(b, tok.pad_token_id)
+    )
+
+    # ---- model + LoRA -------------------------------------------------------------------------------
+    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    model.config.use_cache = False
+    lcfg = LoraConfig(
+        r=cfg.lora.r,
+        lora_alpha=cfg.lora.alpha,
+        lora_dropout=cfg.lora.dropout,
+        target_modules=list(cfg.lora.target_modules),
+        layers_to_transform=cfg.lora.layers_to_transform,
+        task_type="CAUSAL_LM",
+    )
+    model = AnswerLossModel(get_peft_model(model, lcfg))
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    batches_per_epoch = len(sampler)
+    steps_per_epoch = math.ceil(batches_per_epoch / cfg.grad_accum)
+    total_steps = max(1, math.ceil(steps_per_epoch * cfg.epochs))
+    if cfg.max_steps:
+        total_steps = min(total_steps, cfg.max_steps)
+    optimizer = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
+    )
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * total_steps), total_steps)
+    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+
+    # ---- resume from a checkpoint of the same run -------------------------------------------------------
+    fp = _fingerprint(cfg, rows, base_dir)
+    ckpt_dir = Path(cfg.checkpoint_dir) / variant
+    ckpt_file = ckpt_dir / "state.pt"
+    step, curve, tokens_seen, prior_wall = 0, [], 0, 0.0
+    if ckpt_file.exists():
+        state = torch.load(ckpt_file, map_location="cpu", weights_only=False)
+        if state.get("fingerprint") == fp:
+            set_peft_model_state_dict(accelerator.unwrap_model(model).lm, state["adapter"])
+            optimizer.load_state_dict(state["optimizer"])
+            scheduler.load_state_dict(state["scheduler"])
+            torch.set_rng_state(state["torch_rng"])
+            step, curve = state["step"], state["curve"]
+            tokens_seen, prior_wall = state["tokens"], state["wall_s"]
+            log.info("resumed %s from %s at step %d/%d", variant, ckpt_file, step, total_steps)
+        else:
+            log.warning("ignoring checkpoint %s: it belongs to other data or params", ckpt_file)
+
+    def save_checkpoint() -> None:
+        if not is_main:
+            return
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        state = {
+            "fingerprint": fp,
+            "adapter": get_peft_model_state_dict(accelerator.unwrap_model(model).lm),
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict(),
+            "torch_rng": torch.get_rng_state(),
+            "step": step,
+            "curve": curve,
+            "tokens": tokens_seen,
+            "wall_s": prior_wall + (time.perf_counter() - t0),
+        }
+        tmp = ckpt_file.with_suffix(".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, ckpt_file)
+
+    # ---- loop ----------------------------------------------------------------------------------------------
+    model.train()
+    start_step = step
+    t0 = time.perf_counter()
+    run_tokens = 0
+    bar = tqdm(total=total_steps, initial=step, desc=f"train {variant}", disable=not (progress and is_main))
+    epoch = step // steps_per_epoch
+    window_loss, window_n = 0.0, 0
+    while step < total_steps:
+        sampler.set_epoch(epoch)
+        skip = (step - epoch * steps_per_epoch) * cfg.grad_accum
+        epoch_loader = accelerator.skip_first_batches(loader, skip) if skip else loader
+        for batch in epoch_loader:
+            with accelerator.accumulate(model):
+                loss_t = model(batch)
+                accelerator.backward(loss_t)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad()
+            n_tok = int(batch["attention_mask"].sum()) + batch["prefix_ids"].shape[1] * batch["input_ids"].shape[0]
+            run_tokens += n_tok
+            tokens_seen += n_tok
+            window_loss += float(loss_t.detach())
+            window_n += 1
+            if accelerator.sync_gradients:
+                step += 1
+                bar.update(1)
+                loss = window_loss / max(1, window_n)
+                window_loss, window_n = 0.0, 0
+                curve.append({"step": step, "loss": round(loss, 5), "lr": float(scheduler.get_last_lr()[0])})
+                bar.set_postfix(loss=f"{loss:.4f}")
+                if step % cfg.log_every == 0:
+                    log.info("step %d/%d loss %.4f", step, total_steps, loss)
+                if step % cfg.save_every == 0 and step < total_steps:
+                    save_checkpoint()
+                if stop_after is not None and step - start_step >= stop_after and step < total_steps:
+                    save_checkpoint()
+                    bar.close()
+                    return {"interrupted": True, "steps": step, "loss_curve": curve}
+                if step >= total_steps:
+                    break
+        epoch += 1
+    bar.close()
+    wall = time.perf_counter() - t0
+
+    # ---- save the adapter, the tokenizer and the metadata -------------------------------------------------------
+    accelerator.wait_for_everyone()
+    metrics: dict[str, Any] = {
+        "variant": variant,
+        "rows": len(rows),
+        "rows_by_category": dict(sorted(Counter(r.category for r in rows).items())),
+        "steps": step,
+        "epochs": round(step / steps_per_epoch, 3),
+        "batch_size": cfg.batch_size,
+        "grad_accum": cfg.grad_accum,
+        "processes": accelerator.num_processes,
+        "trainable_parameters": trainable,
+        "mean_length": round(sum(lengths) / len(lengths), 1),
+        "max_length": max(lengths),
+        **dict(sorted(trunc.items())),
+        "tokens": tokens_seen,
+        "tokens_per_s": round(run_tokens * accelerator.num_processes / wall, 1) if wall > 0 else None,
+        "wall_s": round(prior_wall + wall, 1),
+        "peak_ram_mb": peak_ram_mb(),
+        "first_loss": curve[0]["loss"] if curve else None,
+        "final_loss": round(sum(c["loss"] for c in curve[-5:]) / len(curve[-5:]), 5) if curve else None,
+        "device": str(accelerator.device),
+        "precision": "bf16" if use_bf16 else "fp32",
+        "loss_curve": curve,
+    }
+    if torch.cuda.is_available():
+        metrics["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    if is_main:
+        tmp = out_dir.with_name(out_dir.name + ".tmp")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        unwrapped = accelerator.unwrap_model(model).lm
+        unwrapped.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        meta = {
+            "variant": variant,
+            "base_model": _portable(base_dir, out_dir),
+            "format_version": FORMAT_VERSION,
+            "max_length": cfg.max_length,
+            "seed": seed,
+            "fingerprint": fp,
+            "config": cfg.model_dump(exclude={"variants"}),
+        }
+        (tmp / "clariedge_adapter.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        cfg_path = tmp / "adapter_config.json"
+        acfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+        acfg["base_model_name_or_path"] = meta["base_model"]
+        cfg_path.write_text(json.dumps(acfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        tmp.rename(out_dir)
+        if ckpt_file.exists():
+            shutil.rmtree(ckpt_dir, ignore_errors=True)
+    return metrics
+
+
+def _portable(base_dir: Path, out_dir: Path) -> str:
+    """The base model path as written in the adapter: relative to the adapter folder when it is a local folder."""
+    if base_dir.exists():
+        return os.path.relpath(base_dir.resolve(), out_dir.resolve())
+    return str(base_dir)
+
+
+def run(
+    train_path: str | Path,
+    base_dir: str | Path,
+    out_dir: str | Path,
+    metrics_path: str | Path | None,
+    cfg: TrainConfig,
+    *,
+    seed: int,
+    variant: str = "default",
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Read the split, select the variant's rows, train, write the metrics JSON."""
+    vcfg = cfg.for_variant(variant)
+    rows, sel = select_rows(load_examples(train_path), vcfg, random.Random(seed))
+    metrics = train(rows, base_dir, out_dir, vcfg, seed=seed, variant=variant, progress=progress)
+    metrics["selection"] = sel
+    if metrics_path:
+        write_json(metrics_path, metrics)
+    return metrics
