@@ -19,7 +19,20 @@ PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
 
 def _expanded_stages() -> list[tuple[str, dict]]:
     """Stages with `foreach`/`matrix` expanded enough to check their commands and deps."""
-    return [(name, stage.get("do", stage)) for name, stage in DVC["stages"].items()]
+    out = []
+    for name, stage in DVC["stages"].items():
+        over = stage.get("foreach")
+        if isinstance(over, str) and over.startswith("${") and over.endswith("}"):
+            node = PARAMS  # `foreach: ${a.b}` over a params mapping or list: one stage per key / item
+            for part in over[2:-1].split("."):
+                node = node[part]
+            keys = list(node) if isinstance(node, dict) else [str(v) for v in node]
+            for key in keys:
+                text = yaml.safe_dump(stage["do"]).replace("${key}", key).replace("${item}", key)
+                out.append((f"{name}@{key}", yaml.safe_load(text)))
+        else:
+            out.append((name, stage.get("do", stage)))
+    return out
 
 
 STAGES = _expanded_stages()
