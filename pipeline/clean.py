@@ -274,7 +274,11 @@ def multiannotator(rows: list[Example], probs: np.ndarray, cfg: CleanConfig) -> 
     wide = convert_long_to_wide_dataset(long)
     wide = wide.reindex(sorted(wide.index), columns=sorted(wide.columns))
     idx = [int(i) for i in wide.index]
-    res = get_label_quality_multiannotator(wide, probs[idx], verbose=False)
+    try:
+        res = get_label_quality_multiannotator(wide, probs[idx], verbose=False)
+    except (ValueError, AssertionError) as err:  # e.g. too few overlapping labels for CROWDLAB
+        log.warning("clean: multi-annotator scoring failed (%s); using the single-source path", err)
+        return None
     lq = res["label_quality"]
     names = class_names(cfg)
     stats = res["annotator_stats"]
