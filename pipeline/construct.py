@@ -91,6 +91,9 @@ class ConstructConfig(StageConfig):
     lowercase_prob: float = Field(0.15, ge=0.0, le=1.0, description="chance of lower-casing a turn, any category")
     drop_qmark_prob: float = Field(0.1, ge=0.0, le=1.0, description="chance of dropping the final '?', any category")
     max_turn_words: int = Field(80, ge=5, description="skip seed turns longer than this")
+    switch_prob: float = Field(
+        0.5, ge=0.0, le=1.0, description="chance a document-set row follows another conversation (topic switch)"
+    )
     entities_per_seed: int = Field(2, ge=0, description="entities generalised per seed turn (loose questions)")
     length_match: bool = Field(True, description="thin out clear rows whose turn length is over-represented")
     length_match_slack: float = Field(
@@ -986,12 +989,18 @@ def _generalized_entity_rows(
     mine = (own_docs or ctx.docs_by_title.get(entity.title, []))[:2] if entity.title else []
     if not siblings or not mine:
         return
-    # post-retrieval: one entity's documents resolve the loose question; several make it ambiguous
+    # post-retrieval: one entity's documents resolve the loose question; several make it ambiguous.
+    # It follows the seed's own cut dialog, or another conversation's (a topic switch), so that the
+    # row's position in a dialog says nothing about its label
+    placed = unpinned
+    if ctx.rng.random() < ctx.cfg.switch_prob:
+        host = _pick_host(seed, hidden, Anchor("noun", entity.head), hosts, ctx, avoid=family)
+        placed = host.messages[:-1] if host is not None else unpinned
     if _want(ctx, "hn_documents_resolve"):
         em.emit(
             "hn_documents_resolve",
             "post_retrieval",
-            unpinned,
+            placed,
             loose,
             documents=_docs(mine, ctx),
             resolution=question,
@@ -1019,7 +1028,7 @@ def _generalized_entity_rows(
             em.emit(
                 "adoc_entity_collision",
                 "post_retrieval",
-                unpinned,
+                placed,
                 loose,
                 documents=docs,
                 clarification=clar,
@@ -1030,7 +1039,7 @@ def _generalized_entity_rows(
             em.emit(
                 "clear_specific_docs",
                 "post_retrieval",
-                unpinned,
+                placed,
                 question,
                 documents=docs,
                 template=f"specific.{entity.kind}",
@@ -1141,7 +1150,7 @@ def shallow_separability(rows: Sequence[Example], folds: int = 5) -> dict[str, A
 
     Out-of-fold ROC AUC with folds grouped by conversation (0.5 = chance, 1.0 = a telltale artifact),
     per category (one vs rest), for the binary decision `needs_clarification`, and the same for the
-    last turn's length alone (a length artifact shows there).
+    last turn's length alone and for its position (messages before it) alone, where artifacts show.
     """
     import numpy as np
     from sklearn.feature_extraction.text import CountVectorizer
@@ -1156,14 +1165,16 @@ def shallow_separability(rows: Sequence[Example], folds: int = 5) -> dict[str, A
         return {"note": "too few rows or conversations"}
     k = min(folds, n_groups)
     lengths = np.array([len(words(t)) for t in texts], dtype=float)
+    positions = np.array([len(r.messages) for r in rows], dtype=float)
     targets = {c: np.array([r.category == c for r in rows]) for c in CATEGORIES}
     targets["needs_clarification"] = np.array([r.needs_clarification for r in rows])
     bow: dict[str, float | None] = {}
+    position: dict[str, float | None] = {}
     length: dict[str, float | None] = {}
     splits = list(GroupKFold(n_splits=k).split(texts, groups=groups))
     for name, y in targets.items():
         if y.sum() < k or (~y).sum() < k:
-            bow[name] = length[name] = None
+            bow[name] = length[name] = position[name] = None
             continue
         oof = np.zeros(len(rows))
         for train, test in splits:
@@ -1178,4 +1189,12 @@ def shallow_separability(rows: Sequence[Example], folds: int = 5) -> dict[str, A
         bow[name] = round(float(roc_auc_score(y, oof)), 4)
         auc_len = float(roc_auc_score(y, lengths))
         length[name] = round(max(auc_len, 1 - auc_len), 4)
-    return {"metric": "roc_auc_oof_grouped", "folds": k, "bow_last_turn": bow, "length_only": length}
+        auc_pos = float(roc_auc_score(y, positions))
+        position[name] = round(max(auc_pos, 1 - auc_pos), 4)
+    return {
+        "metric": "roc_auc_oof_grouped",
+        "folds": k,
+        "bow_last_turn": bow,
+        "length_only": length,
+        "position_only": position,
+    }
