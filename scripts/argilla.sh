@@ -65,7 +65,15 @@ cmd_install() {
   log "installed"
 }
 
-pid_alive() { [[ -f "$RUN/$1.pid" ]] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; }
+# a recorded PID counts only while it is alive AND still runs what we started (PIDs get reused)
+marker() { case "$1" in noida) echo "noida-db" ;; server) echo "argilla_server start" ;; worker) echo "argilla_server worker" ;; esac; }
+pid_alive() {
+  local pid
+  [[ -f "$RUN/$1.pid" ]] || return 1
+  pid="$(cat "$RUN/$1.pid")"
+  kill -0 "$pid" 2>/dev/null || return 1
+  [[ ! -r "/proc/$pid/cmdline" ]] || tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "$(marker "$1")"
+}
 
 # start NAME LOGFILE CMD... : run CMD in its own session, record its PID
 start() {
@@ -168,7 +176,7 @@ cmd_down() {
     [[ "$name" =~ ^(worker|server|noida)$ ]] || die "unknown part $name (worker|server|noida)"
     [[ -f "$RUN/$name.pid" ]] || continue
     pid="$(cat "$RUN/$name.pid")"
-    if kill -0 "$pid" 2>/dev/null; then
+    if pid_alive "$name"; then
       # setsid made the PID a process-group leader: stop the group it leads (its own children), nothing else
       kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
       for ((i = 0; i < 40; i++)); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
