@@ -3,8 +3,9 @@
 Steps, in order (each drop is a reject with its reason, counted as `dropped_<reason>` in the stats):
 1. schema: every row is re-validated as an `Example` (`invalid_row`), its id must be its content hash
    (`id_mismatch`), ambiguous rows carry a question (`clarification_not_question`) and every row the
-   evidence for its label (`missing_evidence`: hard negatives a resolution, ambiguous_documents >= 2
-   interpretations).
+   evidence for its label (`missing_evidence`: hard negatives a resolution other than the turn itself,
+   ambiguous_documents >= 2 interpretations; `unsupported_interpretation`: an interpretation that no
+   retrieved document mentions).
 2. length bounds on the last turn, the clarification and the dialog (`too_short`, `too_long`).
 3. leakage: a clarification must not answer the question it asks about (`clarification_answers`):
    it may not copy a run of `leakage.shingle` words from a document (unless the turn, the dialog or the
@@ -138,7 +139,23 @@ def evidence_problem(ex: Example) -> tuple[str, str] | None:
         return "missing_evidence", "a hard negative needs its resolution (the standalone question it resolves to)"
     if ex.category == "ambiguous_documents" and len(ex.interpretations) < 2:
         return "missing_evidence", f"ambiguous_documents needs >= 2 interpretations, has {len(ex.interpretations)}"
+    if ex.category == "hard_negative" and _norm(ex.resolution or "") == _norm(ex.last_turn):
+        return "missing_evidence", "the resolution repeats the turn: nothing shows the turn needed resolving"
+    if ex.category == "ambiguous_documents":
+        doc_words = set().union(*(_content(d.title + " " + d.text) for d in ex.documents))
+        shared = set.intersection(*(_content(i) for i in ex.interpretations))
+        # what tells an interpretation apart ("Arizona, NFL" in "Cardinals (Arizona, NFL)") must be in a document
+        unsupported = [i for i in ex.interpretations if not ((_content(i) - shared) or _content(i)) & doc_words]
+        if unsupported:
+            return "unsupported_interpretation", f"no document mentions {unsupported[0]!r}"
     return None
+
+
+def _content(text: str) -> set[str]:
+    return {t for t in _tokens(text) if len(t) > 2 and not t.isdigit()} - _FUNCTION_WORDS
+
+
+_FUNCTION_WORDS = frozenset(["the", "and", "for", "with", "that", "this", "from", "about", "which", "what"])
 
 
 # ---------------------------------------------------------------------------------------------

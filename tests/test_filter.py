@@ -94,6 +94,22 @@ def test_each_drop_reason_on_inline_examples() -> None:
             conv="g",
             clarification="Which Cardinals do you mean?",
         ),
+        ex(
+            "Who founded the Cardinals?",
+            "ambiguous_documents",
+            setting="post_retrieval",
+            documents=CARDINALS,
+            interpretations=("Cardinals (Arizona, NFL)", "Cardinals (Louisville, college)"),
+            conv="h",
+            clarification="Which Cardinals do you mean?",
+        ),
+        ex(
+            "does it support JSON?",
+            "hard_negative",
+            conv="i",
+            dialog=("Tell me about X.", "X is a DB."),
+            resolution="Does it support JSON",
+        ),
     )
     kept, rejects, stats = stage.transform(
         rows, stage.FilterConfig(balance=NO_BALANCE, dedup=stage.DedupConfig(enabled=False)), rng=random.Random(0)
@@ -106,7 +122,8 @@ def test_each_drop_reason_on_inline_examples() -> None:
         "too_long": 1,
         "clarification_answers": 2,
         "clarification_not_question": 1,
-        "missing_evidence": 1,
+        "missing_evidence": 2,
+        "unsupported_interpretation": 1,
     }
     details = {r["reason"]: r["detail"] for r in rejects.rows}
     assert "category" in details["invalid_row"]
