@@ -40,6 +40,7 @@ def main() -> int:
     print(f"  shallow separability (bag of words, last turn, grouped 5-fold AUC) in {t_sep:.1f} s:")
     print(f"    {json.dumps(report['bow_last_turn'])}")
     print(f"  length only: {json.dumps(report['length_only'])}")
+    print(f"  position only: {json.dumps(report['position_only'])}")
     return 0
 
 
