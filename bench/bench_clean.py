@@ -45,7 +45,7 @@ def noise_detection(rows, features, fractions, seed: int) -> None:
     print("| --- | --- | --- | --- | --- | --- |")
     for frac in fractions:
         noisy, flipped = plant_flips(rows, frac, seed=seed)
-        for cap in (0.2, 1.0):
+        for cap in (CleanConfig().max_flag_fraction, 1.0):
             res = transform(noisy, CleanConfig(max_flag_fraction=cap), rng=random.Random(seed), features=features)
             found = {r["id"] for r in res.issues if r["flagged"]}
             tp = len(found & flipped)

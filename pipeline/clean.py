@@ -21,8 +21,8 @@ How it works
   gets probability 0 before retrieval (it cannot exist there).
 - One label source per row (the generator's label, or the row's label after single review):
   `cleanlab.filter.find_label_issues` flags, `cleanlab.rank.get_label_quality_scores` ranks.
-  At most `max_flag_fraction` of the rows are flagged (the worst first): a weak classifier must not
-  empty the dataset.
+  At most `max_flag_fraction` of each category's rows are flagged (the worst first): a classifier that
+  cannot tell a rare category apart must not wipe it out.
 - Several annotators (rows whose `annotations` hold >= 2 distinct annotators overall, status
   `submitted`): long-format labels are converted with `cleanlab.multiannotator.convert_long_to_wide_dataset`
   and scored by `get_label_quality_multiannotator` (CROWDLAB): consensus label, consensus quality
@@ -90,7 +90,7 @@ class CleanConfig(StageConfig):
     filter_by: Literal["prune_by_noise_rate", "prune_by_class", "both", "confident_learning", "predicted_neq_given"] = (
         "prune_by_noise_rate"
     )
-    max_flag_fraction: float = Field(0.2, ge=0.0, le=1.0)
+    max_flag_fraction: float = Field(0.15, ge=0.0, le=1.0)
     min_consensus_quality: float = Field(0.5, ge=0.0, le=1.0)
     min_rows: int = Field(20, ge=2)
     context_messages: int = Field(2, ge=0, description="dialog messages before the turn used as features")
@@ -443,14 +443,19 @@ def transform(
             f"label_issue: given {names[labels[i]]} (p={probs[i, labels[i]]:.2f}), model predicts "
             f"{names[predicted[i]]} (p={probs[i, predicted[i]]:.2f})"
         )
-    # cap: at most max_flag_fraction of rows, the worst label quality first
-    cap = math.floor(cfg.max_flag_fraction * len(rows))
-    order = sorted(np.flatnonzero(flagged), key=lambda i: (quality[i], rows[i].id))
-    capped = order[cap:]
+    # cap per category: at most max_flag_fraction of each category's rows, the worst label quality first
+    # (a classifier that cannot tell a rare category apart must not wipe that category out)
+    capped: list[int] = []
+    caps: dict[str, int] = {}
+    for cat in CATEGORIES:
+        members = [i for i, ex in enumerate(rows) if ex.category == cat]
+        caps[cat] = math.floor(cfg.max_flag_fraction * len(members))
+        order = sorted((i for i in members if flagged[i]), key=lambda i: (quality[i], rows[i].id))
+        capped += order[caps[cat] :]
     for i in capped:
         flagged[i] = False
         reasons[i] = []
-    stats["flag_cap"] = cap
+    stats["flag_cap"] = sum(caps.values())
     stats["unflagged_by_cap"] = len(capped)
 
     # several annotators: CROWDLAB consensus replaces the single-source verdict on annotated rows
@@ -700,7 +705,8 @@ def render_report(result: CleanResult, cfg: CleanConfig, top: int) -> str:
         f"| folds (grouped by conversation) | {s['folds']} |",
         f"| out-of-sample accuracy, {cfg.label} | {s['cv_accuracy']} |",
         f"| out-of-sample accuracy, category | {s['cv_accuracy_category']} |",
-        f"| flagged | {s['flagged']} (cap {s['flag_cap']}, {s['unflagged_by_cap']} more left unflagged by the cap) |",
+        f"| flagged | {s['flagged']} (per-category cap {cfg.max_flag_fraction:.0%}: {s['unflagged_by_cap']} more left "
+        "unflagged) |",
         f"| dropped / relabelled / sent back | {s['dropped']} / {s['relabeled']} / {s['sent_back']} |",
         f"| mean label quality | {s['mean_label_quality']} |",
         f"| annotated rows / annotators | {s['annotated_rows']} / {s['annotators']} |",

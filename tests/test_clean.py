@@ -34,7 +34,8 @@ def _precision_recall(result, flipped: set[str]) -> tuple[float, float]:
 def test_planted_flips_are_found(tiny):
     rows, features = tiny
     noisy, flipped = plant_flips(rows, 0.10, seed=1)
-    res = transform(noisy, CleanConfig(policy="drop"), rng=random.Random(0), features=features)
+    # detection itself, without the per-category flag cap (tested below)
+    res = transform(noisy, CleanConfig(policy="drop", max_flag_fraction=1.0), rng=random.Random(0), features=features)
     precision, recall = _precision_recall(res, flipped)
     print(
         f"\ntiny rows: {len(rows)}, flips {len(flipped)}, cv accuracy {res.stats['cv_accuracy']}, "
@@ -55,13 +56,18 @@ def test_planted_flips_are_found(tiny):
 def test_flagging_is_seeded_and_capped(tiny):
     rows, features = tiny
     noisy, _ = plant_flips(rows, 0.2, seed=2)
-    a = transform(noisy, CleanConfig(), rng=random.Random(5), features=features)
-    b = transform(noisy, CleanConfig(), rng=random.Random(5), features=features)
+    uncapped = CleanConfig(max_flag_fraction=1.0)
+    a = transform(noisy, uncapped, rng=random.Random(5), features=features)
+    b = transform(noisy, uncapped, rng=random.Random(5), features=features)
     assert a.issues == b.issues and [r.model_dump() for r in a.rows] == [r.model_dump() for r in b.rows]
     capped = transform(noisy, CleanConfig(max_flag_fraction=0.05), rng=random.Random(5), features=features)
-    assert capped.stats["flagged"] == int(0.05 * len(noisy))
-    worst = sorted(r["label_quality"] for r in a.issues if r["flagged"])[: capped.stats["flagged"]]
-    assert sorted(r["label_quality"] for r in capped.issues if r["flagged"]) == worst
+    for cat in {ex.category for ex in noisy}:
+        n_cat = sum(ex.category == cat for ex in noisy)
+        full = sorted(r["label_quality"] for r in a.issues if r["flagged"] and r["category"] == cat)
+        kept = sorted(r["label_quality"] for r in capped.issues if r["flagged"] and r["category"] == cat)
+        assert len(kept) == min(len(full), int(0.05 * n_cat))  # at most 5% of each category, the worst ones
+        assert kept == full[: len(kept)]
+    assert capped.stats["unflagged_by_cap"] == a.stats["flagged"] - capped.stats["flagged"] > 0
 
 
 def test_bad_annotator_ranks_lowest_and_consensus_recovers_truth(tiny):
