@@ -739,6 +739,31 @@ def _cut_dialog(messages: Sequence[Message], avoid: set[str], extra: Sequence[En
     return list(messages[:cut])
 
 
+def contradiction(ex: Example, seed: SeedTurn) -> str | None:
+    """Why a constructed row's context contradicts its label, or None (a safety net on the heuristics).
+
+    ambiguous_dialog: what the turn leaves out (the referent the rewrite adds, or the modifier the
+    precise question had) must occur in neither the dialog nor the documents; hard negatives (but those
+    resolved by documents) must find it in the dialog."""
+    prior = set().union(*(terms(m.content) for m in ex.messages[:-1])) if len(ex.messages) > 1 else set()
+    method = ex.provenance.method
+    if ex.category == "ambiguous_dialog":
+        hidden = referent_terms(seed) if method == "ad_cut_before_referent" else set()
+        hidden = hidden or terms(seed.rewrite or seed.last_turn) - terms(ex.last_turn)
+        docs = set().union(*(terms(d.title + " " + d.text) for d in ex.documents)) if ex.documents else set()
+        if not hidden:
+            return "nothing is missing from the turn"
+        if hidden & (prior | docs):
+            return f"the missing referent {sorted(hidden & (prior | docs))} is in the context"
+    elif (
+        ex.category == "hard_negative"
+        and method != "hn_documents_resolve"
+        and not (terms(ex.resolution or "") - terms(ex.last_turn)) & prior
+    ):
+        return "the dialog does not supply what the resolution adds"
+    return None
+
+
 class _Emitter:
     """Builds, validates and counts rows for one seed."""
 
@@ -782,6 +807,10 @@ class _Emitter:
             )
         except ValidationError as err:
             self.ctx.rejects.add("invalid_row", self.seed.id, f"{method}: {describe_validation_error(err)}")
+            return None
+        problem = contradiction(ex, self.seed)
+        if problem:
+            self.ctx.rejects.add("contradicts_label", self.seed.id, f"{method}: {problem}", ex.last_turn)
             return None
         self.out.append(ex)
         self.ctx.counts[method] += 1

@@ -14,6 +14,7 @@ from clariedge.construct import (
     ConstructConfig,
     Entity,
     construct,
+    contradiction,
     entity_of_title,
     find_anchor,
     generalize,
@@ -270,3 +271,19 @@ def test_stats_carry_the_shallow_separability_report(sample_seeds: list[SeedTurn
         assert 0.0 <= report["bow_last_turn"][name] <= 1.0
         assert 0.5 <= report["length_only"][name] <= 1.0
     assert stats["rows"] == sum(stats["by_category"].values())
+
+
+def test_contradiction_safety_net_flags_planted_errors(sample_rows: list[Example], sample_seeds) -> None:
+    by_id = {s.id: s for s in sample_seeds}
+    ad = next(
+        r for r in sample_rows if r.provenance.method == "ad_cut_before_referent" and r.setting == "pre_retrieval"
+    )
+    hn = next(r for r in sample_rows if r.provenance.method == "hn_dialog_resolves" and r.setting == "pre_retrieval")
+    seed_ad, seed_hn = by_id[ad.provenance.seed_id], by_id[hn.provenance.seed_id]
+    assert contradiction(ad, seed_ad) is None and contradiction(hn, seed_hn) is None
+    # the ambiguous turn back in its full dialog: the referent is there, the label would be wrong
+    resolved = ad.model_copy(update={"messages": [*seed_ad.messages[:-1], ad.messages[-1]]})
+    assert "in the context" in contradiction(resolved, seed_ad)
+    # the hard negative without its dialog: nothing resolves it any more
+    alone = hn.model_copy(update={"messages": hn.messages[-1:]})
+    assert "does not supply" in contradiction(alone, seed_hn)
