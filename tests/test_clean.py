@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
@@ -202,3 +203,42 @@ def test_planted_flips_in_real_mtrag_rows(mtrag_dir, embed_cache):
     # precision (0.10) and half the flips found.
     assert precision >= 0.2
     assert recall >= 0.5
+
+
+def test_cli_clean_runs_and_rejects_a_bad_policy(tmp_path, tiny, embed_cache):
+    from typer.testing import CliRunner
+
+    from clariedge.cli import app
+
+    rows, _ = tiny
+    rows, _ = plant_flips(rows, 0.1, seed=1)
+    src = tmp_path / "reviewed.parquet"
+    write_records(src, rows)
+    params = tmp_path / "params.yaml"
+    params.write_text("seed: 3\nclean:\n  policy: send_back\n  folds: 3\n")
+    out = tmp_path / "cleaned.parquet"
+    args = [
+        "clean",
+        str(src),
+        "-o",
+        str(out),
+        "--issues",
+        str(tmp_path / "i.csv"),
+        "--report",
+        str(tmp_path / "i.md"),
+        "--confusion",
+        str(tmp_path / "c.png"),
+        "--stats",
+        str(tmp_path / "clean.json"),
+        "--cache",
+        str(embed_cache),
+        "--params",
+        str(params),
+    ]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    stats = json.loads((tmp_path / "clean.json").read_text())
+    assert stats["policy"] == "send_back" and stats["folds"] == 3 and stats["rows_out"] == len(rows)
+    assert stats["sent_back"] > 0 and stats["send_back_result"]["sent"] == 0  # review mode none: pending only
+    bad = CliRunner().invoke(app, [*args, "--policy", "burn"])
+    assert bad.exit_code == 1 and "--policy" in bad.output

@@ -151,3 +151,36 @@ def test_card_counts_match_the_data(tmp_path, rows):
         assert counts[3] == sum(counts[:3])
     assert sum(sum(v[:3]) for v in table.values()) == len(rows)
     assert "**Unreviewed.**" in body and "construct" in body
+
+
+def test_cli_publish(tmp_path, rows):
+    from typer.testing import CliRunner
+
+    from clariedge.cli import app
+
+    src = tmp_path / "cleaned.parquet"
+    write_records(src, rows)
+    params = tmp_path / "params.yaml"
+    params.write_text("seed: 5\npublish:\n  ratios: {train: 0.8, validation: 0.1, test: 0.1}\n")
+    res = CliRunner().invoke(
+        app,
+        [
+            "publish",
+            str(src),
+            "-o",
+            str(tmp_path / "ds"),
+            "--parquet-dir",
+            str(tmp_path / "pq"),
+            "--chat-dir",
+            str(tmp_path / "chat"),
+            "--stats",
+            str(tmp_path / "publish.json"),
+            "--params",
+            str(params),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    stats = json.loads((tmp_path / "publish.json").read_text())
+    assert abs(stats["rows"]["train"] / len(rows) - 0.8) < 0.03
+    missing = CliRunner().invoke(app, ["publish", str(tmp_path / "nope.parquet"), "--params", str(params)])
+    assert missing.exit_code == 1 and "nope.parquet" in missing.output
