@@ -1,10 +1,15 @@
 # Entry points; each target sets up .venv first (idempotent). See README.md.
-.PHONY: setup repro test test-fast lint bench argilla-up argilla-down
+.PHONY: setup repro review-sync test test-fast lint bench argilla-up argilla-down
 
 setup:
 	bash scripts/setup.sh
 
 repro: setup
+	PATH="$(CURDIR)/.venv/bin:$$PATH" HF_HUB_OFFLINE=1 .venv/bin/dvc repro
+
+# after annotating in Argilla (review.mode: argilla): pull the new responses and continue the pipeline
+review-sync: setup
+	PATH="$(CURDIR)/.venv/bin:$$PATH" HF_HUB_OFFLINE=1 .venv/bin/dvc repro --force --single-item review
 	PATH="$(CURDIR)/.venv/bin:$$PATH" HF_HUB_OFFLINE=1 .venv/bin/dvc repro
 
 test:
