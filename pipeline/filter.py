@@ -463,6 +463,9 @@ def run(
     raw = read_table(in_path)
     if not raw:
         raise FilterError(f"{in_path}: no candidate rows (did synthesize produce any?)")
+    missing = [name for name, f in Example.model_fields.items() if f.is_required() and name not in raw[0]]
+    if missing:
+        raise FilterError(f"{in_path}: missing column(s) {', '.join(missing)}: not a table of Example rows")
     kept, rejects, stats = transform(raw, cfg, rng=random.Random(seed), seed=seed, api_key=api_key)
     for reason, n in rejects.counts().items():
         log.info("filter: %s %d", reason, n)

@@ -93,17 +93,24 @@ def _read_text(path: Path, rejects: Rejects) -> str | None:
         return None
     try:
         return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        line = raw[: err.start].count(b"\n") + 1
-        rejects.add(
-            "not_utf8",
-            f"{path}:{line}",
-            f"byte 0x{raw[err.start]:02x} at offset {err.start} is not UTF-8; re-encode the file as UTF-8 "
-            "(lines before it are kept)",
-        )
-        # keep every complete line before the bad byte
-        good = raw[: err.start].rsplit(b"\n", 1)[0] if b"\n" in raw[: err.start] else b""
-        return good.decode("utf-8-sig") if good.strip() else None
+    except UnicodeDecodeError:
+        pass
+    # decode line by line: a line with a bad byte is a reject (blanked, so line numbers stay right);
+    # every other line is kept
+    lines: list[str] = []
+    for lineno, chunk in enumerate(raw.split(b"\n"), start=1):
+        try:
+            lines.append(chunk.decode("utf-8-sig" if lineno == 1 else "utf-8"))
+        except UnicodeDecodeError as err:
+            rejects.add(
+                "not_utf8",
+                f"{path}:{lineno}",
+                f"byte 0x{chunk[err.start]:02x} at column {err.start + 1} is not UTF-8; re-encode the file as UTF-8 "
+                "(the other lines are kept)",
+            )
+            lines.append("")
+    text = "\n".join(lines)
+    return text if text.strip() else None
 
 
 def iter_jsonl(path: Path, rejects: Rejects) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -230,7 +237,7 @@ def _task_to_seed(
         obj,
         conversation_id=conv,
         turn=turn,
-        domain=_domain_from(obj, path.parent.name),
+        domain=_domain_from(obj, path.resolve().parent.name or "unknown"),
         messages=messages,
         last_turn=last,
         rewrite=None,
@@ -249,8 +256,22 @@ def _dedup_docs(documents: list[dict[str, str]]) -> list[dict[str, str]]:
     return out
 
 
+def _first_seen(seen: dict[str, int], key: Any, line: int, rejects: Rejects, where: str, what: str, obj: Any) -> bool:
+    """True the first time `key` appears in a file; a repeat is a `duplicate_id` reject (the first row stays)."""
+    if not isinstance(key, str):
+        return True  # no usable id: the row's own validation reports it
+    if key in seen:
+        rejects.add("duplicate_id", where, f"{what} {key!r} already seen at line {seen[key]} (the first is kept)", obj)
+        return False
+    seen[key] = line
+    return True
+
+
 def read_mtrag_tasks(path: Path, rejects: Rejects) -> Iterator[SeedTurn]:
+    seen: dict[str, int] = {}
     for line, obj in iter_jsonl(path, rejects):
+        if not _first_seen(seen, obj.get("task_id"), line, rejects, f"{path}:{line}", "task_id", obj):
+            continue
         seed = _task_to_seed(obj, f"{path}:{line}", "mtrag_task", path, line, None, rejects)
         if seed:
             yield seed
@@ -294,7 +315,18 @@ def read_beir(files: dict[str, Path], domain: str, rejects: Rejects) -> Iterator
                 continue
             table[_id] = (line, text)
         tables[kind] = table
-    anchor = "lastturn" if "lastturn" in tables else next(iter(tables))
+    if "lastturn" not in tables and "questions" not in tables:
+        path = files["rewrite"]
+        for _id, (line, _text) in sorted(tables["rewrite"].items(), key=lambda kv: kv[1][0]):
+            rejects.add(
+                "unpaired",
+                f"{path}:{line}",
+                f"_id {_id!r}: a rewrite without the user's turn; add {path.name.replace('_rewrite', '_lastturn')} "
+                f"or {path.name.replace('_rewrite', '_questions')} beside it",
+                {"_id": _id},
+            )
+        return
+    anchor = "lastturn" if "lastturn" in tables else "questions"
     for _id in sorted(tables[anchor]):
         line, text = tables[anchor][_id]
         path = files[anchor]
@@ -339,10 +371,13 @@ def read_beir(files: dict[str, Path], domain: str, rejects: Rejects) -> Iterator
 
 def read_clariedge(path: Path, rejects: Rejects) -> Iterator[SeedTurn]:
     """The project's JSONL: a conversation per line (`turns`), or a seed turn per line (`messages`)."""
+    seen: dict[str, int] = {}
     for line, obj in iter_jsonl(path, rejects):
         where = f"{path}:{line}"
         source = Source(format="clariedge", path=str(path), line=line)
         if "turns" in obj:
+            if not _first_seen(seen, obj.get("conversation_id"), line, rejects, where, "conversation_id", obj):
+                continue
             yield from _conversation_seeds(obj, where, source, rejects)
         elif "messages" in obj:
             fields = {k: v for k, v in obj.items() if k != "source"}
