@@ -41,6 +41,9 @@ from clariedge.schema import EXAMPLE_SCHEMA, Example, SeedTurn
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "data" / "sample"
 
+# a recognisable fake API key: the scenarios put it in the environment, the key scan looks for it
+SECRET = "sk-resilience-LEAKCHECK-" + "7f3a9c" * 4
+
 # overrides of the project's params.yaml for every case (see the module docstring)
 BASE_OVERRIDES: dict[str, Any] = {"filter": {"dedup": {"enabled": False}, "balance": {"max_share": 1.0}}}
 
@@ -482,7 +485,7 @@ def c_synthesize_llm_not_json(d: Path, pools: Pools, stack: contextlib.ExitStack
         "example",
         rejects="rejects.jsonl",
         params=params,
-        env={"OPENAI_API_KEY": "sk-corpus-not-a-real-key"},
+        env={"OPENAI_API_KEY": SECRET},
         count_good=count,
     )
 
@@ -740,6 +743,16 @@ def _rows(parquet_bytes: bytes) -> int:
     return pq.read_metadata(pa.BufferReader(parquet_bytes)).num_rows
 
 
+def _reject_line(rejects_text: str, needle: str) -> str:
+    """The first reject naming `needle`, as `where: reason: detail`."""
+    for line in rejects_text.splitlines():
+        r = json.loads(line)
+        text = f"{r['where']}: {r['reason']}: {r['detail']}"
+        if needle in text:
+            return text
+    return ""
+
+
 def _first_line(text: str, needle: str) -> str:
     for line in text.splitlines():
         if needle in line:
@@ -783,7 +796,7 @@ def run_case(c: Case, root: Path, pools: Pools, timeout: float = 300) -> CaseRes
         if s.reason and s.reason not in reasons:
             problems.append(f"no reject with reason {s.reason!r} (got {sorted(reasons)})")
         haystack = rejects_text + output
-        message = _first_line(rejects_text, s.place[0]) if rejects_text else _first_line(output, s.place[0])
+        message = _reject_line(rejects_text, s.place[0]) or _first_line(output, s.place[0])
     missing = [p for p in s.place if p not in haystack]
     if missing:
         problems.append(f"the error/reject does not name {missing}")
