@@ -467,6 +467,9 @@ def run(
     if missing:
         raise FilterError(f"{in_path}: missing column(s) {', '.join(missing)}: not a table of Example rows")
     kept, rejects, stats = transform(raw, cfg, rng=random.Random(seed), seed=seed, api_key=api_key)
+    for r in rejects.rows:  # a row-level reject names the input file too
+        if r["where"].startswith("row "):
+            r["where"] = f"{in_path} {r['where']}"
     for reason, n in rejects.counts().items():
         log.info("filter: %s %d", reason, n)
     if not kept:

@@ -124,7 +124,7 @@ def iter_jsonl(path: Path, rejects: Rejects) -> Iterator[tuple[int, dict[str, An
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as err:
-            rejects.add("malformed_json", f"{path}:{lineno}", f"{err.msg} at column {err.colno}", line)
+            rejects.add("malformed_json", f"{path}:{lineno}", f"{err.msg} (column {err.colno})", line)
             continue
         if not isinstance(obj, dict):
             rejects.add("malformed_json", f"{path}:{lineno}", f"expected a JSON object, got {type(obj).__name__}", line)
@@ -501,7 +501,7 @@ def _read_one(path: Path, rejects: Rejects) -> Iterator[SeedTurn]:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as err:
-            rejects.add("malformed_json", f"{path}:{err.lineno}", f"{err.msg} at column {err.colno} (truncated?)")
+            rejects.add("malformed_json", f"{path}:{err.lineno}", f"{err.msg} (column {err.colno}; truncated?)")
             return
         if isinstance(data, dict) and "tasks" in data and "documents" in data:
             yield from read_mtrag_bundle(path, rejects, data)

@@ -516,7 +516,7 @@ def _spare(pools: Pools, ambiguous: bool | None = None, setting: str | None = No
 @case("filter", "label contradicts category", what="an ambiguous_dialog row with needs_clarification false")
 def c_filter_label_contradicts_category(d: Path, pools: Pools, stack: contextlib.ExitStack) -> Setup:
     bad = dump(_spare(pools, ambiguous=True), needs_clarification=False)
-    place = [f"row {BAD_AT}", "needs_clarification=False contradicts category"]
+    place = [f"candidates.parquet row {BAD_AT}", "needs_clarification=False contradicts category"]
     return _filter_setup(d, pools, bad, place, "invalid_row")
 
 
@@ -538,7 +538,9 @@ def c_filter_duplicate_row(d: Path, pools: Pools, stack: contextlib.ExitStack) -
 @case("filter", "empty dialog", what="a row whose messages list is empty")
 def c_filter_empty_dialog(d: Path, pools: Pools, stack: contextlib.ExitStack) -> Setup:
     bad = dump(_spare(pools), messages=[])
-    return _filter_setup(d, pools, bad, [f"row {BAD_AT}", "messages", "at least one message"], "invalid_row")
+    return _filter_setup(
+        d, pools, bad, [f"candidates.parquet row {BAD_AT}", "messages", "at least one message"], "invalid_row"
+    )
 
 
 @case("filter", "last turn not a user turn", what="a row whose dialog ends with the assistant")
@@ -546,7 +548,9 @@ def c_filter_not_user_turn(d: Path, pools: Pools, stack: contextlib.ExitStack) -
     ex = _spare(pools)
     msgs = [*(m.model_dump() for m in ex.messages), {"role": "assistant", "content": "Anything else?"}]
     bad = dump(ex, messages=msgs, id="x")
-    return _filter_setup(d, pools, bad, [f"row {BAD_AT}", "must end with a user turn"], "invalid_row")
+    return _filter_setup(
+        d, pools, bad, [f"candidates.parquet row {BAD_AT}", "must end with a user turn"], "invalid_row"
+    )
 
 
 @case("filter", "document without text", what="a post-retrieval row with an empty document text")
@@ -555,20 +559,24 @@ def c_filter_document_without_text(d: Path, pools: Pools, stack: contextlib.Exit
     docs = [dd.model_dump() for dd in ex.documents]
     docs[0]["text"] = ""
     bad = dump(ex, documents=docs)
-    return _filter_setup(d, pools, bad, [f"row {BAD_AT}", "documents.0.text"], "invalid_row")
+    return _filter_setup(d, pools, bad, [f"candidates.parquet row {BAD_AT}", "documents.0.text"], "invalid_row")
 
 
 @case("filter", "null required field", what="conversation_id is null")
 def c_filter_null_conversation(d: Path, pools: Pools, stack: contextlib.ExitStack) -> Setup:
     bad = dump(_spare(pools), conversation_id=None)
-    return _filter_setup(d, pools, bad, [f"row {BAD_AT}", "conversation_id: field required"], "invalid_row")
+    return _filter_setup(
+        d, pools, bad, [f"candidates.parquet row {BAD_AT}", "conversation_id: field required"], "invalid_row"
+    )
 
 
 @case("filter", "id not the content hash", what="a row edited after its id was computed")
 def c_filter_id_mismatch(d: Path, pools: Pools, stack: contextlib.ExitStack) -> Setup:
     ex = _spare(pools)
     bad = {**with_last_turn(ex, ex.last_turn + " please"), "id": ex.id}
-    return _filter_setup(d, pools, bad, [f"row {BAD_AT}", ex.id, "is not the content hash"], "id_mismatch")
+    return _filter_setup(
+        d, pools, bad, [f"candidates.parquet row {BAD_AT}", ex.id, "is not the content hash"], "id_mismatch"
+    )
 
 
 # --- filter: fatal ---------------------------------------------------------------------------------
