@@ -35,18 +35,20 @@ def real_rows(mtrag: Path, seed: int):
     return rows
 
 
-def noise_detection(rows, features, fractions, seed: int) -> None:
+def noise_detection(rows, features, fractions, seed: int, cfg) -> None:
     from make_examples import plant_flips
 
-    from clariedge.clean import CleanConfig, transform
+    from clariedge.clean import transform
 
     print(f"\n## noise detection ({len(rows)} construct rows from MTRAG, label needs_clarification)")
     print("| flips | cap | flagged | precision | recall | cv accuracy |")
     print("| --- | --- | --- | --- | --- | --- |")
     for frac in fractions:
         noisy, flipped = plant_flips(rows, frac, seed=seed)
-        for cap in (CleanConfig().max_flag_fraction, 1.0):
-            res = transform(noisy, CleanConfig(max_flag_fraction=cap), rng=random.Random(seed), features=features)
+        for cap in (cfg.max_flag_fraction, 1.0):
+            res = transform(
+                noisy, cfg.model_copy(update={"max_flag_fraction": cap}), rng=random.Random(seed), features=features
+            )
             found = {r["id"] for r in res.issues if r["flagged"]}
             tp = len(found & flipped)
             p, r = tp / max(1, len(found)), tp / max(1, len(flipped))
@@ -73,11 +75,13 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=10_000)
     ap.add_argument("--cache", type=Path, default=ROOT / "cache" / "embeddings.sqlite")
     ap.add_argument("--seed", type=int, default=20261202)
+    ap.add_argument("--params", type=Path, default=ROOT / "params.yaml", help="clean: section used")
     args = ap.parse_args()
     if not args.mtrag.exists():
         sys.exit(f"{args.mtrag}: MTRAG data not found (pass --mtrag)")
 
     from clariedge.clean import CleanConfig, build_features, feature_texts, run
+    from clariedge.config import load_section
     from clariedge.embed import embed
     from clariedge.io import write_records
 
@@ -93,7 +97,9 @@ def main() -> None:
     dt = time.perf_counter() - t
     print(f"cold MiniLM embedding: {len(texts)} texts in {dt:.1f} s = {len(texts) / dt:.0f} texts/s")
 
-    noise_detection(rows, features, (0.05, 0.10, 0.20), args.seed)
+    cfg = load_section(args.params, "clean", CleanConfig) if args.params.exists() else CleanConfig()
+    print(f"clean config: {cfg.model_dump()}")
+    noise_detection(rows, features, (0.05, 0.10, 0.20), args.seed, cfg)
 
     big = scale_rows(rows, args.rows)
     with tempfile.TemporaryDirectory() as tmp:
@@ -105,7 +111,7 @@ def main() -> None:
         stats = run(
             src,
             Path(tmp) / "cleaned.parquet",
-            CleanConfig(),
+            cfg,
             seed=args.seed,
             issues_csv=Path(tmp) / "issues.csv",
             issues_md=Path(tmp) / "issues.md",

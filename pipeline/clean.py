@@ -8,8 +8,8 @@ Outputs: cleaned examples (parquet, `Example` rows with `label_quality` set on e
          the MiniLM embedding cache (`cache/embeddings.sqlite`).
 Params:  `clean.label` (needs_clarification | category), `clean.policy` (drop | relabel | send_back),
          `clean.folds`, `clean.C`, `clean.pca_components`, `clean.calibration`, `clean.filter_by`,
-         `clean.max_flag_fraction`, `clean.min_consensus_quality`, `clean.min_rows`,
-         `clean.context_messages`, `clean.context_chars`, `clean.datalab`, `clean.report_top`,
+         `clean.max_flag_fraction`, `clean.report_only_categories`, `clean.min_consensus_quality`,
+         `clean.min_rows`, `clean.context_messages`, `clean.context_chars`, `clean.datalab`, `clean.report_top`,
          `clean.embed_batch_size`; the top-level `seed`.
 
 How it works
@@ -25,7 +25,11 @@ How it works
 - One label source per row (the generator's label, or the row's label after single review):
   `cleanlab.filter.find_label_issues` flags, `cleanlab.rank.get_label_quality_scores` ranks.
   At most `max_flag_fraction` of each category's rows are flagged (the worst first): a classifier that
-  cannot tell a rare category apart must not wipe it out.
+  cannot tell a rare category apart must not wipe it out. Flags on `report_only_categories` (default
+  `hard_negative`) are reported, never acted on: a hard negative looks ambiguous by design (pronouns,
+  fragments) and whether the dialog resolves it is beyond a bag-of-embeddings classifier; on the
+  sample its flags were almost all correct hard negatives ("how hot does it get there?" right after
+  the planet Mercury). Annotator consensus (below) may still change or remove them.
 - Several annotators (rows whose `annotations` hold >= 2 distinct annotators overall, status
   `submitted`): long-format labels are converted with `cleanlab.multiannotator.convert_long_to_wide_dataset`
   and scored by `get_label_quality_multiannotator` (CROWDLAB): consensus label, consensus quality
@@ -65,7 +69,7 @@ from pydantic import Field
 
 from clariedge.config import StageConfig
 from clariedge.io import read_records, write_json, write_records, write_text
-from clariedge.schema import AMBIGUOUS, CATEGORIES, Example
+from clariedge.schema import AMBIGUOUS, CATEGORIES, Category, Example
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +98,10 @@ class CleanConfig(StageConfig):
         "prune_by_noise_rate"
     )
     max_flag_fraction: float = Field(0.15, ge=0.0, le=1.0)
+    report_only_categories: list[Category] = Field(
+        default_factory=lambda: ["hard_negative"],
+        description="categories whose classifier-only flags are reported but never acted on",
+    )
     min_consensus_quality: float = Field(0.5, ge=0.0, le=1.0)
     min_rows: int = Field(20, ge=2)
     context_messages: int = Field(2, ge=0, description="dialog messages before the turn used as features")
@@ -505,6 +513,7 @@ def transform(
         dropped_no_question=counts.get("drop_no_question", 0),
         relabeled=counts.get("relabel", 0),
         sent_back=counts.get("send_back", 0),
+        report_only=counts.get("report_only", 0),
         mean_label_quality=round(float(np.mean(quality)), 4),
         flagged_by_category=dict(sorted(Counter(rows[i].category for i in np.flatnonzero(flagged)).items())),
     )
@@ -572,7 +581,9 @@ def apply_policy(
         lq = round(float(quality[i]), 6)
         action, new = "keep", ex
         if flagged[i]:
-            if cfg.policy == "drop":
+            if source[i] == "single" and ex.category in cfg.report_only_categories:
+                action = "report_only"  # the classifier alone may not remove or change this category
+            elif cfg.policy == "drop":
                 action, new = "drop", None
             elif cfg.policy == "send_back":
                 action = "send_back"
@@ -710,7 +721,8 @@ def render_report(result: CleanResult, cfg: CleanConfig, top: int) -> str:
         f"| out-of-sample accuracy, category | {s['cv_accuracy_category']} |",
         f"| flagged | {s['flagged']} (per-category cap {cfg.max_flag_fraction:.0%}: {s['unflagged_by_cap']} more left "
         "unflagged) |",
-        f"| dropped / relabelled / sent back | {s['dropped']} / {s['relabeled']} / {s['sent_back']} |",
+        f"| dropped / relabelled / sent back / report only | {s['dropped']} / {s['relabeled']} / {s['sent_back']} / "
+        f"{s['report_only']} |",
         f"| mean label quality | {s['mean_label_quality']} |",
         f"| annotated rows / annotators | {s['annotated_rows']} / {s['annotators']} |",
     ]

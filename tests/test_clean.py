@@ -51,7 +51,15 @@ def test_planted_flips_are_found(tiny):
     dropped = {r["id"] for r in res.issues if r["action"] == "drop"}
     assert [ex.id for ex in res.rows] == [ex.id for ex in noisy if ex.id not in dropped]
     assert all(ex.label_quality is not None and 0.0 <= ex.label_quality <= 1.0 for ex in res.rows)
-    assert res.stats["dropped"] == len(dropped) == res.stats["flagged"]
+    assert res.stats["dropped"] == len(dropped) == res.stats["flagged"] - res.stats["report_only"]
+    # flagged hard negatives are only reported (the default report_only_categories), and kept
+    report_only = [r for r in res.issues if r["action"] == "report_only"]
+    assert report_only and all(r["category"] == "hard_negative" and r["flagged"] for r in report_only)
+    assert {r["id"] for r in report_only} <= {ex.id for ex in res.rows}
+    everything = transform(
+        noisy, CleanConfig(max_flag_fraction=1.0, report_only_categories=[]), rng=random.Random(0), features=features
+    )
+    assert everything.stats["dropped"] == everything.stats["flagged"] == res.stats["flagged"]
 
 
 def test_flagging_is_seeded_and_capped(tiny):
@@ -146,7 +154,7 @@ def test_send_back_marks_pending_and_keeps_rows(tiny):
     res = transform(noisy, CleanConfig(policy="send_back"), rng=random.Random(0), features=features)
     pending = [ex for ex in res.rows if ex.review_status == "pending"]
     assert len(res.rows) == len(noisy)
-    assert len(pending) == res.stats["sent_back"] == res.stats["flagged"] > 0
+    assert len(pending) == res.stats["sent_back"] == res.stats["flagged"] - res.stats["report_only"] > 0
     assert {ex.id for ex in res.sent_back} == {ex.id for ex in pending}
 
 
