@@ -365,10 +365,17 @@ def run(
         rows, rejects, stats = transform(seeds, cfg, rng=rng, base_seed=seed, runner=runner, progress=progress)
         if "llm" in stats:
             stats["llm"]["cache_entries"] = len(cache)
-    write_records(out_path, rows)
     if rejects_path:
         rejects.rows.sort(key=lambda r: (r["where"], r["reason"]))
         rejects.write(rejects_path)
+    if not rows:  # e.g. the server is down or refuses the key: fail instead of passing on an empty table
+        first = f"; first: {rejects.rows[0]['where']}: {rejects.rows[0]['detail']}" if rejects.rows else ""
+        where = f" at {cfg.openai.base_url}" if cfg.backend == "openai" else ""
+        raise ValueError(
+            f"no candidate rows from {len(seeds)} seed turns (backend {cfg.backend}{where}): "
+            f"{rejects.counts() or 'nothing generated'}{first}; {out_path} not written"
+        )
+    write_records(out_path, rows)
     if stats_path:
         write_json(stats_path, stats)
     log.info(

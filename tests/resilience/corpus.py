@@ -490,6 +490,40 @@ def c_synthesize_llm_not_json(d: Path, pools: Pools, stack: contextlib.ExitStack
     )
 
 
+def _llm_params(base_url: str) -> dict[str, Any]:
+    openai = {"base_url": base_url, "model": "stub-model", "max_retries": 1, "backoff_base_s": 0.01, "timeout_s": 5}
+    return {"synthesize": {"backend": "openai", "max_seeds": 3, "openai": openai}}
+
+
+@case("synthesize", "LLM server unreachable", fatal=True, what="nothing listens at synthesize.openai.base_url")
+def c_synthesize_llm_unreachable(d: Path, pools: Pools, stack: contextlib.ExitStack) -> Setup:
+    import socket
+
+    with socket.socket() as sock:  # a port that was free a moment ago: connection refused
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    write_records(d / "seeds.parquet", pools.seeds)
+    _candidates_output(d, pools)
+    return _fatal(
+        _synth(), [url, "llm_connection_error", "candidates.parquet not written"], ["candidates.parquet"],
+        params=_llm_params(url), env={"OPENAI_API_KEY": SECRET},
+    )  # fmt: skip
+
+
+@case("synthesize", "API key refused", fatal=True, what="the server answers HTTP 401 to every call")
+def c_synthesize_llm_key_refused(d: Path, pools: Pools, stack: contextlib.ExitStack) -> Setup:
+    from openai_stub import Behaviour, OpenAIStub
+
+    stub = stack.enter_context(OpenAIStub())
+    stub.rule = lambda n, body: Behaviour.server_error(401)
+    write_records(d / "seeds.parquet", pools.seeds)
+    _candidates_output(d, pools)
+    return _fatal(
+        _synth(), [stub.base_url, "HTTP 401", "the API key was refused"], ["candidates.parquet"],
+        params=_llm_params(stub.base_url), env={"OPENAI_API_KEY": SECRET},
+    )  # fmt: skip
+
+
 # --- filter: per-row problems in a candidates parquet --------------------------------------------
 def _filter(inp: str = "candidates.parquet") -> list[str]:
     return ["filter", inp, "-o", "filtered.parquet", "--rejects", "rejects.jsonl", "--stats", "filter.json"]
