@@ -521,6 +521,10 @@ def run() -> None:  # pragma: no cover - console entry point
         app()
     except KeyboardInterrupt:
         sys.exit(130)
+    except OSError as err:  # a path that cannot be read or written (a file where a folder belongs, disk full)
+        msg = f"{err.filename}: {err.strerror}" if err.filename and err.strerror else str(err)
+        typer.secho(f"error: cannot read or write {msg}", fg=typer.colors.RED, err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -416,6 +416,14 @@ def c_ingest_params_not_yaml(d: Path, pools: Pools, stack: contextlib.ExitStack)
     return _fatal(_ingest(), ["params.yaml", "not valid YAML", "line 4"], ["seeds.parquet"], params_text=text)
 
 
+@case("ingest", "output path blocked", fatal=True, what="the rejects path goes through a file (`seeds.parquet/...`)")
+def c_ingest_output_path_blocked(d: Path, pools: Pools, stack: contextlib.ExitStack) -> Setup:
+    (d / "in.jsonl").write_text(jl(G1, G2))
+    _seed_output(d, pools)
+    args = ["ingest", "in.jsonl", "-o", "seeds.parquet", "--rejects", "seeds.parquet/rejects.jsonl"]
+    return _fatal(args, ["cannot read or write seeds.parquet"], ["seeds.parquet"])
+
+
 # --- synthesize ----------------------------------------------------------------------------------
 def _synth(*extra: str, seeds: str = "seeds.parquet") -> list[str]:
     return ["synthesize", seeds, "-o", "candidates.parquet", "--rejects", "rejects.jsonl", "--stats",
