@@ -4,8 +4,9 @@ Inputs:  cleaned examples (parquet, `Example` rows, `data/cleaned.parquet`); opt
          stage's stats JSON (`metrics/clean.json`) for the card.
 Outputs: `data/clariedge/` (`DatasetDict.save_to_disk`: splits train/validation/test with typed
          features, and the dataset card `README.md` with the YAML header the Hub reads);
-         `data/clariedge-parquet/{split}.parquet` (the same tables, byte-identical for the same inputs
-         and seed); `data/clariedge-chat/{split}.jsonl` (the model's chat format, built by
+         `data/clariedge-parquet/{split}.parquet` (the same rows, byte-identical for the same inputs
+         and seed; `category`/`setting` as strings there, so a row reads back as an `Example` plus
+         `target`: train and evaluate read these); `data/clariedge-chat/{split}.jsonl` (the model's chat format, built by
          `clariedge.chat_format`); stats JSON.
 Params:  `publish.ratios` (train/validation/test), `publish.include_review_status`,
          `publish.pretty_name`, `publish.license`, `publish.hub_repo`, `publish.hub_private`;
@@ -146,6 +147,25 @@ def dataset_features():
             },
         }
     )
+
+
+def parquet_features():
+    """The features of the per-split parquet files: as `dataset_features`, but `category` and `setting`
+    stay strings, so each row reads back as an `Example` (plus `target`) for train/evaluate."""
+    from datasets import Value
+
+    features = dataset_features()
+    features["category"] = Value("string")
+    features["setting"] = Value("string")
+    return features
+
+
+def parquet_table(examples: list[Example]):
+    """The Arrow table written to `{split}.parquet` (with the Hugging Face feature metadata)."""
+    import pyarrow as pa
+
+    rows = [to_row(ex) | {"category": ex.category, "setting": ex.setting} for ex in examples]
+    return pa.Table.from_pylist(rows, schema=parquet_features().arrow_schema)
 
 
 def to_row(ex: Example) -> dict[str, Any]:
@@ -439,7 +459,7 @@ def run(
 
     for s in SPLITS:
         with atomic_path(Path(parquet_dir) / f"{s}.parquet") as p:
-            pq.write_table(dd[s].data.table, p, compression="zstd")
+            pq.write_table(parquet_table(splits[s]), p, compression="zstd")
         write_jsonl(Path(chat_dir) / f"{s}.jsonl", (chat_row(ex) for ex in splits[s]))
     if stats_path:
         write_json(stats_path, stats)

@@ -12,8 +12,9 @@ from make_examples import tiny_examples
 
 from clariedge.chat_format import build_messages, target_json
 from clariedge.config import ConfigError, load_section
-from clariedge.io import write_records
-from clariedge.publish import SPLITS, PublishConfig, dataset_features, run, stratum, transform
+from clariedge.io import read_table, write_records
+from clariedge.publish import SPLITS, PublishConfig, dataset_features, parquet_features, run, stratum, transform
+from clariedge.schema import Example
 
 
 @pytest.fixture(scope="module")
@@ -105,11 +106,18 @@ def test_run_is_byte_identical_and_loads(tmp_path, rows):
     assert dd["train"].features == dataset_features()
     assert isinstance(dd["train"].features["category"], ClassLabel)
     assert {s: dd[s].num_rows for s in SPLITS} == stats["rows"]
-    # the parquet beside it carries the same typed features
+    # the parquet beside it: the same rows, typed features, labels as strings; each row is an Example
     pq_ds = Dataset.from_parquet(str(a / "parquet" / "test.parquet"))
-    assert pq_ds.features == dataset_features() and pq_ds.num_rows == dd["test"].num_rows
-    # round trip of one row, and its chat line
+    assert pq_ds.features == parquet_features() and pq_ds["id"] == dd["test"]["id"]
+    back = [
+        Example.model_validate({k: v for k, v in r.items() if k in Example.model_fields})
+        for r in read_table(a / "parquet" / "test.parquet")
+    ]
     by_id = {ex.id: ex for ex in rows}
+    assert [ex.model_dump(exclude={"label_quality", "annotations"}) for ex in back] == [
+        by_id[ex.id].model_dump(exclude={"label_quality", "annotations"}) for ex in back
+    ]
+    # round trip of one row, and its chat line
     row = dd["test"][0]
     ex = by_id[row["id"]]
     assert dd["test"].features["category"].int2str(row["category"]) == ex.category
