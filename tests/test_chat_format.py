@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from clariedge.chat_format import CLEAR, SYSTEM_PROMPT, build_messages, parse_output, target_json
 from clariedge.schema import Document, Example, Message, Provenance
 
