@@ -729,7 +729,7 @@ def c_clean_empty_parquet(d: Path, pools: Pools, stack: contextlib.ExitStack) ->
     return _fatal(_clean(), ["reviewed.parquet", "no rows"], ["cleaned.parquet"])
 
 
-@case("publish", "wrong column type", fatal=True, what="`turn`-less schema: `setting` holds a number")
+@case("publish", "wrong column type", fatal=True, what="`setting` stored as text, one row `7`")
 def c_publish_wrong_column_type(d: Path, pools: Pools, stack: contextlib.ExitStack) -> Setup:
     _wrong_type_table(d / "cleaned.parquet", pools, "setting", 7)
     _publish_output(d, pools)
