@@ -150,7 +150,7 @@ def test_shared_prefix_loss_equals_plain_forward(base_model_dir: Path, tok) -> N
         ids[i, :n], mask[i, :n], labels[i, :n] = torch.tensor(e.input_ids), 1, torch.tensor(e.labels)
     ref = model(input_ids=ids, attention_mask=mask, labels=labels).loss
     ref.backward()
-    assert float(loss) == pytest.approx(float(ref), rel=1e-4)
+    assert loss.item() == pytest.approx(ref.item(), rel=1e-4)
     for n, p in model.named_parameters():
         if p.requires_grad:
             assert torch.allclose(p.grad, grads[n], rtol=1e-3, atol=1e-6), n

@@ -6,9 +6,11 @@ prompt itself. The prefix and the rest of the answer are tokenised separately, s
 model is trained on are exactly the tokens it continues from at inference.
 
 Length caps, in order, until the prompt fits `max_length - answer tokens`:
-1. shorten every document's text (the longest first) - documents are the bulk of a post-retrieval prompt;
+1. shorten every document's text proportionally (to 60 characters at least): documents are the bulk
+   of a post-retrieval prompt;
 2. drop the oldest dialog messages (the last user turn is always kept);
-3. cut the middle of what is left (keeps the system instruction's start and the last turn's end).
+3. drop the last documents, keeping two;
+4. cut the middle of what is left (keeps the system instruction's start and the last turn's end).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class PromptInfo:
     ids: list[int]
     truncated_docs: bool = False
     dropped_messages: int = 0
+    dropped_documents: int = 0
     cut_middle: bool = False
 
 
@@ -57,7 +60,7 @@ def encode_prompt(
     messages: Sequence[Any],
     documents: Sequence[Any] | None,
     max_prompt: int,
-    min_doc_chars: int = 80,
+    min_doc_chars: int = 60,
     system_suffix: str = "",
 ) -> PromptInfo:
     """Prompt ids (chat template + generation prompt + answer prefix) of at most `max_prompt` tokens."""
@@ -89,7 +92,12 @@ def encode_prompt(
             info.dropped_messages += 1
         info.dropped_messages += 1
         info.ids = _chat_ids(tok, build_messages(msgs, docs), system_suffix)
-    # 3. cut the middle
+    # 3. drop the last documents (two stay: enough to show competing readings)
+    while len(info.ids) > max_prompt and len(docs) > 2:
+        docs = docs[:-1]
+        info.dropped_documents += 1
+        info.ids = _chat_ids(tok, build_messages(msgs, docs), system_suffix)
+    # 4. cut the middle
     if len(info.ids) > max_prompt:
         head = min(48, max_prompt // 4)
         info.ids = info.ids[:head] + info.ids[len(info.ids) - (max_prompt - head) :]
@@ -138,12 +146,16 @@ def common_prefix_len(rows: Sequence[Sequence[int]], min_len: int = 16) -> int:
     return n if n >= min_len else 0
 
 
-def collate(batch: Sequence[Encoded], pad_id: int, share_prefix: bool = True) -> dict[str, Any]:
+def collate(
+    batch: Sequence[Encoded], pad_id: int, share_prefix: bool = True, decision_weight: float = 1.0
+) -> dict[str, Any]:
     """A training batch: the shared prompt prefix once, the rest left-padded, the answer labels at the end.
 
     Every row starts with the same system instruction, so it is computed once per batch (its keys and
     values are broadcast to the rows; gradients flow through them exactly). Left padding lines the
     answers up at the end, so only the last `K` positions need the vocabulary projection.
+    `decision_weight` weights the loss of each row's first answer token (the one that decides CLEAR
+    or ask) against 1 for the other answer tokens.
     """
     import torch
 
@@ -155,16 +167,21 @@ def collate(batch: Sequence[Encoded], pad_id: int, share_prefix: bool = True) ->
     ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(batch), width), dtype=torch.long)
     labels = torch.full((len(batch), keep), -100, dtype=torch.long)
+    weights = torch.zeros((len(batch), keep), dtype=torch.float32)
     for i, e in enumerate(batch):
         n = len(rest[i])
         ids[i, width - n :] = torch.tensor(rest[i])
         mask[i, width - n :] = 1
         labels[i] = torch.tensor(e.labels[len(e.labels) - keep :])
+        answer_pos = (labels[i] != -100).nonzero().flatten()
+        weights[i, answer_pos] = 1.0
+        weights[i, answer_pos[0]] = decision_weight
     return {
         "prefix_ids": torch.tensor([batch[0].input_ids[:p]], dtype=torch.long),
         "input_ids": ids,
         "attention_mask": mask,
         "labels": labels,
+        "weights": weights,
     }
 
 
@@ -195,14 +212,19 @@ def forward_tail(model: Any, prefix_ids: Any, input_ids: Any, attention_mask: An
 
 
 def answer_loss(model: Any, batch: dict[str, Any]) -> Any:
-    """Mean cross-entropy over the answer tokens of a `collate` batch."""
+    """Weighted mean cross-entropy over the answer tokens of a `collate` batch (plain mean when all weights are 1)."""
     import torch
 
     labels = batch["labels"]
     logits = forward_tail(model, batch["prefix_ids"], batch["input_ids"], batch["attention_mask"], labels.shape[1])
-    return torch.nn.functional.cross_entropy(
-        logits[:, :-1].reshape(-1, logits.shape[-1]).float(), labels[:, 1:].reshape(-1), ignore_index=-100
+    ce = torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
+        labels[:, 1:].reshape(-1),
+        ignore_index=-100,
+        reduction="none",
     )
+    w = batch["weights"][:, 1:].reshape(-1).to(ce.dtype)
+    return (ce * w).sum() / w.sum().clamp(min=1e-6)
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> dict[str, Any]:

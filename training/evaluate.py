@@ -48,6 +48,7 @@ class BaselineSettings(StageConfig):
     minilm: bool = True
     max_rows: int | None = Field(None, ge=1, description="cap on test rows for the prompted baselines (stratified)")
     generate: bool = Field(True, description="generate the prompted baselines' questions (wording metrics)")
+    max_generate: int | None = Field(24, ge=1, description="questions generated per baseline at most (flagged rows)")
 
 
 class JudgeSettings(StageConfig):
@@ -67,6 +68,7 @@ class EvaluateConfig(StageConfig):
     max_new_tokens: int = Field(48, ge=4)
     max_length: int | None = Field(None, ge=64, description="prompt cap; default: the adapter's training max_length")
     generate: bool = Field(True, description="generate questions for flagged rows (wording metrics)")
+    max_generate: int | None = Field(None, ge=1, description="questions generated at most (flagged rows, by id)")
     embed_cache: str | None = "cache/embeddings.sqlite"
     threads: int | None = Field(None, ge=1)
     baselines: BaselineSettings = BaselineSettings()
@@ -127,7 +129,9 @@ def quality(
 # ---------------------------------------------------------------------------------------------
 # The systems
 # ---------------------------------------------------------------------------------------------
-def lm_predictions(clarifier: Any, rows: Sequence[Example], *, generate: bool) -> dict[str, Any]:
+def lm_predictions(
+    clarifier: Any, rows: Sequence[Example], *, generate: bool, max_generate: int | None = None
+) -> dict[str, Any]:
     """First-token decisions for every row, questions for the flagged rows; timings and parse failures."""
     items = [(r.messages, r.documents or None) for r in rows]
     t0 = time.perf_counter()
@@ -141,7 +145,7 @@ def lm_predictions(clarifier: Any, rows: Sequence[Example], *, generate: bool) -
     if generate:
         from clariedge.training.infer import parse_answer
 
-        flagged = [i for i, n in enumerate(needs) if n]
+        flagged = [i for i, n in enumerate(needs) if n][:max_generate]
         texts = clarifier.generate([items[i] for i in flagged]) if flagged else []
         for i, raw in zip(flagged, texts, strict=True):
             value = parse_answer(raw)
@@ -334,7 +338,7 @@ def run(
         batch_size=cfg.batch_size,
         max_new_tokens=cfg.max_new_tokens,
     )
-    pred = lm_predictions(clar, rows, generate=cfg.generate)
+    pred = lm_predictions(clar, rows, generate=cfg.generate, max_generate=cfg.max_generate)
     systems["adapter"] = score(rows, pred["needs"], pred["questions"], embed_fn=embed_fn)
     systems["adapter"]["unparseable"] = pred["unparseable"]
     timing["adapter"] = {"classify_s": pred["classify_s"], "generate_s": pred["generate_s"]}
@@ -361,7 +365,7 @@ def run(
             variants.append(("few_shot", few_shot_block(train_rows, b.few_shot_k, random.Random(seed))))
         for name, shots in variants:
             base.few_shot = shots
-            pred = lm_predictions(base, brows, generate=b.generate and cfg.generate)
+            pred = lm_predictions(base, brows, generate=b.generate and cfg.generate, max_generate=b.max_generate)
             systems[name] = score(brows, pred["needs"], pred["questions"], embed_fn=embed_fn)
             systems[name]["unparseable"] = pred["unparseable"]
             timing[name] = {"classify_s": pred["classify_s"], "generate_s": pred["generate_s"]}

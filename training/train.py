@@ -75,6 +75,7 @@ class TrainConfig(StageConfig):
     grad_accum: int = Field(1, ge=1)
     max_length: int = Field(384, ge=32)
     max_rows: int | None = Field(None, ge=1, description="cap on training rows (stratified by category)")
+    decision_weight: float = Field(1.0, ge=0, description="loss weight of the first answer token (CLEAR vs ask)")
     drop_categories: list[str] = Field(default_factory=list)
     save_every: int = Field(25, ge=1, description="checkpoint every N optimizer steps")
     checkpoint_dir: str = "cache/train"
@@ -226,10 +227,13 @@ def train(
         trunc["truncated_documents"] += e.info.truncated_docs
         trunc["dropped_messages_rows"] += e.info.dropped_messages > 0
         trunc["cut_middle"] += e.info.cut_middle
+        trunc["dropped_documents_rows"] += e.info.dropped_documents > 0
 
     sampler = _EpochSampler(lengths, cfg.batch_size, seed)
     loader = torch.utils.data.DataLoader(
-        encoded, batch_sampler=sampler, collate_fn=lambda b: collate(b, tok.pad_token_id)
+        encoded,
+        batch_sampler=sampler,
+        collate_fn=lambda b: collate(b, tok.pad_token_id, decision_weight=cfg.decision_weight),
     )
 
     # ---- model + LoRA -------------------------------------------------------------------------------
