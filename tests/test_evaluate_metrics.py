@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
@@ -138,3 +139,27 @@ def test_few_shot_block_and_minilm_views() -> None:
     assert '"Which one do you mean?"' in block
     last, before, docs = minilm_texts(rows[3])
     assert last == "turn 4 about it" and before == "(no earlier turns)" and docs.startswith("T. some text")
+
+
+def test_llm_judge_against_a_loopback_openai_server(tmp_path) -> None:
+    from openai_stub import Behaviour, OpenAIStub
+
+    from clariedge.training.evaluate import JudgeSettings, llm_judge
+
+    rows = [
+        _ex(1, "ambiguous_dialog", "Which plan?", ["basic", "pro"]),
+        _ex(2, "ambiguous_dialog", "Which one?"),
+        _ex(3, "clear"),
+    ]
+    questions = {0: "Do you mean basic or pro?", 1: "Which product?", 2: "Why?"}
+    with OpenAIStub() as stub:
+        cfg = JudgeSettings(enabled=True, base_url=stub.base_url, model="stub", cache=str(tmp_path / "judge.sqlite"))
+        stub.push(Behaviour.ok('{"rating": 4}'), Behaviour.ok("no json here"))
+        out = llm_judge(rows, questions, cfg)
+        assert out == {"rows": 2, "failed": 1, "mean_rating": 4.0}  # row 2 is gold-clear: not judged
+        hits = stub.hits
+        stub.push(Behaviour.ok('{"rating": 2}'))
+        again = llm_judge(rows, questions, cfg)
+        assert stub.hits == hits + 1  # the first answer came from the cache, the failed one was asked again
+        assert again == {"rows": 2, "failed": 0, "mean_rating": 3.0}
+        assert "Do you mean basic or pro?" in json.dumps(stub.bodies[0])

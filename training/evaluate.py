@@ -229,7 +229,7 @@ def llm_judge(rows: Sequence[Example], questions: dict[int, str | None], cfg: Ju
     """Mean 1-5 rating of generated questions by an LLM judge (OpenAI-compatible), cached; None if nothing to judge."""
     import os
 
-    from clariedge.llm import LLMCache, OpenAIBackend, OpenAIConfig, cache_key
+    from clariedge.llm import Completion, LLMCache, OpenAIBackend, OpenAIConfig, cache_key
 
     backend = OpenAIBackend(
         OpenAIConfig(base_url=cfg.base_url, model=cfg.model, api_key_env=cfg.api_key_env),
@@ -258,11 +258,12 @@ def llm_judge(rows: Sequence[Example], questions: dict[int, str | None], cfg: Ju
             hit = cache.get(key)
             try:
                 text = hit.text if hit else backend.generate(msgs, temperature=0)
-                if not hit:
-                    from clariedge.llm import Completion
-
+                rating = float(json.loads(text[text.find("{") : text.rfind("}") + 1])["rating"])
+                if not 1 <= rating <= 5:
+                    raise ValueError(f"rating {rating} outside 1-5")
+                if not hit:  # only answers that parse are cached, so a bad one is asked again next run
                     cache.put(key, "openai", cfg.model, "clariedge.eval_judge/1", Completion(text=text))
-                ratings.append(float(json.loads(text[text.find("{") : text.rfind("}") + 1])["rating"]))
+                ratings.append(rating)
             except Exception as err:  # a judge failure is counted, never fatal
                 log.warning("judge failed on row %d: %s", i, err)
                 failed += 1
