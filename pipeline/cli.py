@@ -417,7 +417,9 @@ def train(
     ),
     base: Annotated[Path, typer.Option(help="base model folder (base-model output)")] = Path("models/base"),
     output: Annotated[Path | None, typer.Option("-o", "--output", help="adapter folder; default models/<variant>")] = None,
-    metrics: Annotated[Path | None, typer.Option(help="train metrics JSON; default metrics/train_<variant>.json")] = None,
+    metrics: Annotated[
+        Path | None, typer.Option("--metrics", "--stats", help="train metrics JSON; default metrics/train_<variant>.json")
+    ] = None,
     variant: Annotated[str, typer.Option(help="a name under train.variants in params")] = "default",
     max_steps: Annotated[int | None, typer.Option(help="override train.max_steps (quick runs)")] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="progress bar")] = True,
