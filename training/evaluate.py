@@ -357,7 +357,7 @@ def run(
         base = Clarifier(
             None,
             base=base_dir,
-            max_length=max_length + (400 if b.few_shot else 0),
+            max_length=max_length,
             batch_size=cfg.batch_size,
             max_new_tokens=cfg.max_new_tokens,
         )
@@ -366,6 +366,10 @@ def run(
             variants.append(("few_shot", few_shot_block(train_rows, b.few_shot_k, random.Random(seed))))
         for name, shots in variants:
             base.few_shot = shots
+            # the same room for the row as the adapter has, plus the examples
+            base.max_length = max_length + (
+                len(base.tok(shots, add_special_tokens=False)["input_ids"]) + 8 if shots else 0
+            )
             pred = lm_predictions(base, brows, generate=b.generate and cfg.generate, max_generate=b.max_generate)
             systems[name] = score(brows, pred["needs"], pred["questions"], embed_fn=embed_fn)
             systems[name]["unparseable"] = pred["unparseable"]
