@@ -67,7 +67,7 @@ def main() -> None:
         items = [(r.messages, r.documents or None) for r in rows[: args.classify_rows]]
         clar = Clarifier(Path(tmp) / "adapter", base=args.base, batch_size=args.batch_size)
         t0, cpu1 = time.perf_counter(), _cpu_s()
-        clar.classify_greedy(items)
+        clar.p_clear(items)
         cls_s, cls_cpu = time.perf_counter() - t0, _cpu_s() - cpu1
     cores = torch.get_num_threads()
     report = {

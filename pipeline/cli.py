@@ -421,6 +421,9 @@ def train(
         Path | None, typer.Option("--metrics", "--stats", help="train metrics JSON; default metrics/train_<variant>.json")
     ] = None,
     variant: Annotated[str, typer.Option(help="a name under train.variants in params")] = "default",
+    validation: Annotated[
+        Path | None, typer.Option(help="validation split: calibrates the decision threshold (train.calibrate)")
+    ] = None,
     max_steps: Annotated[int | None, typer.Option(help="override train.max_steps (quick runs)")] = None,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="progress bar")] = True,
     params: ParamsOpt = Path("params.yaml"),
@@ -434,7 +437,7 @@ def train(
             cfg = cfg.model_copy(update={"max_steps": max_steps})
         m = stage.run(train_split, base, output or Path("models") / variant,
                       metrics or Path("metrics") / f"train_{variant}.json", cfg, seed=_seed(params),
-                      variant=variant, progress=progress)
+                      variant=variant, progress=progress, validation_path=validation)
     except (ConfigError, FileNotFoundError, ValueError) as err:
         fail(str(err))
     typer.echo(f"{variant}: {m['steps']} steps, loss {m['first_loss']} -> {m['final_loss']}, "
@@ -451,13 +454,17 @@ def predict(
     max_new_tokens: Annotated[int, typer.Option(help="generation limit")] = 64,
     max_length: Annotated[int | None, typer.Option(help="prompt cap; default: the adapter's")] = None,
     documents: Annotated[bool, typer.Option("--documents/--no-documents", help="use retrieved documents")] = True,
+    threshold: Annotated[
+        float | None, typer.Option(help="ask when P(CLEAR) is below this; default: the adapter's calibrated one")
+    ] = None,
 ) -> None:
     """Ask the adapter whether each dialog's last turn needs a clarifying question (greedy, batched)."""
     from clariedge.training import infer
 
     try:
         stats = infer.run_predict(adapter, input, output, base=base, batch_size=batch_size,
-                                  max_new_tokens=max_new_tokens, max_length=max_length, documents=documents)
+                                  max_new_tokens=max_new_tokens, max_length=max_length, documents=documents,
+                                  threshold=threshold)
     except (FileNotFoundError, ValueError) as err:
         fail(str(err))
     typer.echo(" ".join(f"{k}={v}" for k, v in stats.items()))

@@ -163,3 +163,13 @@ def test_llm_judge_against_a_loopback_openai_server(tmp_path) -> None:
         assert stub.hits == hits + 1  # the first answer came from the cache, the failed one was asked again
         assert again == {"rows": 2, "failed": 0, "mean_rating": 3.0}
         assert "Do you mean basic or pro?" in json.dumps(stub.bodies[0])
+
+
+def test_best_threshold() -> None:
+    # ask when p_clear < t: the ask rows sit at 0.2/0.3/0.55, the clear rows at 0.6/0.9 -> t in (0.55, 0.6)
+    t, acc = M.best_threshold([0.2, 0.3, 0.55, 0.6, 0.9], [True, True, True, False, False])
+    assert 0.55 < t < 0.6 and acc == 1.0
+    # not separable: the best accuracy wins, then the threshold nearest 0.5
+    t, acc = M.best_threshold([0.4, 0.6], [False, False])
+    assert acc == 1.0 and t <= 0.4
+    assert M.best_threshold([], []) == (0.5, 0.0)

@@ -186,7 +186,19 @@ def test_few_steps_lower_the_loss_resume_and_reload(base_model_dir: Path, tmp_pa
     meta = json.loads((out / "clariedge_adapter.json").read_text())
     assert meta["max_length"] == 200 and (out / "adapter_config.json").exists()
 
+    from clariedge.io import write_records
+    from clariedge.training.train import calibrate
+
+    write_records(tmp_path / "val.parquet", TOY)
+    cal = calibrate(out, base_model_dir, tmp_path / "val.parquet", None, seed=0)
+    assert cal["rows"] == 4 and 0.0 <= cal["validation_accuracy"] <= 1.0
+    assert cal["validation_accuracy"] >= cal["validation_accuracy_at_0.5"]
+    assert json.loads((out / "clariedge_adapter.json").read_text())["decision_threshold"] == cal["threshold"]
+
     clar = Clarifier(out, max_new_tokens=24)
+    assert clar.threshold == cal["threshold"]
+    decisions = clar.decide([(e.messages, None) for e in TOY])
+    assert all(0.0 <= p <= 1.0 and needs == (p < clar.threshold) for p, needs in decisions)
     answer = clar.check([{"role": "user", "content": "how much does it cost?"}])
     assert set(answer) <= {"clarification", "raw"}
     raw = clar.generate([([{"role": "user", "content": "who wrote hamlet"}], None)])[0]

@@ -1,6 +1,6 @@
 """Stage `ablation`: the train variants (e.g. with and without hard negatives) side by side on the same test rows.
 
-Every variant is scored by the first answer token (the greedy decision, see `clariedge.training.evaluate`)
+Every variant is scored by its decision from P(CLEAR) (see `clariedge.training.evaluate`)
 on the same stratified test rows `evaluate` uses; the `default` variant's decisions are reused from
 evaluate's predictions file when given, so it is not run twice. The headline is the false-positive
 rate on hard negatives: how often a model asks about a turn the dialog or documents already resolve.
@@ -110,7 +110,7 @@ def run(
         reused = needs is not None
         if needs is None:
             clar = Clarifier(adapter, base=base_dir, max_length=cfg.max_length, batch_size=cfg.batch_size)
-            needs = [n for _, n in clar.classify_greedy(items)]
+            needs = [n for _, n in clar.decide(items)]
             del clar
         s = score(rows, needs)
         entry: dict[str, Any] = {c: s[c] for c in COLUMNS}

@@ -6,10 +6,11 @@ train split), and `minilm` (MiniLM sentence embeddings of the last turn, the dia
 the documents, with a logistic regression trained on the train split: classification only).
 
 How the language models are scored: the prompt ends with the answer prefix `{"clarification": "`,
-so one forward pass gives the first answer token; the decision is "needs clarification" unless that
-greedy token is the first token of `CLEAR` (exactly the decision greedy decoding makes). A question
-is then generated (greedy, `max_new_tokens`) only for the rows flagged, and scored against the
-reference on the rows where both ask. Unparseable answers are counted, never fatal.
+so one forward pass gives P(CLEAR) (the probability of `CLEAR`'s first token); the decision is "ask"
+when it is below the threshold (the adapter's, calibrated on the validation split; 0.5 for the
+prompted baselines). A question is then generated (greedy, `max_new_tokens`, `CLEAR` forbidden
+as the first token) only for the rows flagged, and scored against the reference on the rows where
+both ask. Unparseable answers are counted, never fatal.
 
 Inputs:  the test split, the train split (few-shot examples, the MiniLM classifier), the adapter
          folder, the base model folder.
@@ -135,7 +136,7 @@ def lm_predictions(
     """First-token decisions for every row, questions for the flagged rows; timings and parse failures."""
     items = [(r.messages, r.documents or None) for r in rows]
     t0 = time.perf_counter()
-    first = clarifier.classify_greedy(items)
+    first = clarifier.decide(items)
     t_cls = time.perf_counter() - t0
     needs = [n for _, n in first]
     questions: dict[int, str | None] = {}
@@ -146,7 +147,7 @@ def lm_predictions(
         from clariedge.training.infer import parse_answer
 
         flagged = [i for i, n in enumerate(needs) if n][:max_generate]
-        texts = clarifier.generate([items[i] for i in flagged]) if flagged else []
+        texts = clarifier.generate([items[i] for i in flagged], question=True) if flagged else []
         for i, raw in zip(flagged, texts, strict=True):
             value = parse_answer(raw)
             raws[i] = raw

@@ -1,11 +1,11 @@
 """Inference: the `Clarifier` API and the `predict` command's core.
 
 `Clarifier(adapter_dir).check(messages, documents=None)` returns the contract dict
-`{"clarification": "CLEAR" | question}`. Batches are left-padded and decoded greedily. The answer
-prefix `{"clarification": "` is part of the prompt (as in training), so the first generated token
-already carries the decision: `classify` reads it from one forward pass (no generation), and
-`check_batch` generates a question only for rows whose first token is not the start of `CLEAR`.
-That gives the same output as full greedy decoding at a fraction of the cost.
+`{"clarification": "CLEAR" | question}`. The answer prefix `{"clarification": "` is part of the
+prompt (as in training), so the first answer token carries the decision: `p_clear` reads
+P(CLEAR) from one forward pass (no generation) and `decide` asks when it is below the adapter's
+calibrated threshold. Only those rows are then generated (greedy, left-padded batches, `CLEAR`'s
+first token forbidden at the first step), so a batch of mostly clear turns costs one forward pass.
 
 A reply that cannot be parsed is returned as `{"clarification": None, "raw": ...}` and counted,
 never raised.
@@ -13,7 +13,7 @@ never raised.
 Inputs (predict):  MTRAG generation-task JSONL (`input` + `contexts`), the project's JSONL (read by
                    `clariedge.ingest`), or a split parquet of `Example` rows.
 Outputs (predict): JSONL lines `{"id", "clarification"}` (+ `raw` for unparseable answers), stats.
-Params:            `predict.*` via the CLI (batch_size, max_new_tokens, max_length).
+Params:            the CLI options (batch_size, max_new_tokens, max_length, threshold).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from clariedge.chat_format import CLEAR, parse_output
-from clariedge.training.data import ANSWER_PREFIX, encode_prompt, left_pad
+from clariedge.training.data import ANSWER_PREFIX, common_prefix_len, encode_prompt, forward_tail, left_pad
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +120,7 @@ class Clarifier:
         max_new_tokens: int = 64,
         batch_size: int = 8,
         few_shot: str = "",
+        threshold: float | None = None,
         device: str | None = None,
         merge: bool = True,
     ) -> None:
@@ -156,6 +157,7 @@ class Clarifier:
         self.max_new_tokens = max_new_tokens
         self.batch_size = batch_size
         self.few_shot = few_shot
+        self.threshold = float(threshold if threshold is not None else meta.get("decision_threshold", 0.5))
         first = self.tok(CLEAR, add_special_tokens=False)["input_ids"]
         self.clear_token = first[0]
         self.unparseable = 0
@@ -170,42 +172,56 @@ class Clarifier:
         return [order[i : i + self.batch_size] for i in range(0, len(order), self.batch_size)]
 
     # ---- the decision from the first answer token -------------------------------------------------------
-    def classify(self, items: Sequence[Item]) -> list[float]:
-        """P(the first answer token starts `CLEAR`) per item; the greedy decision is CLEAR iff it is the argmax.
+    def p_clear(self, items: Sequence[Item]) -> list[float]:
+        """P(the answer is CLEAR) per item: the probability of `CLEAR`'s first token right after the answer prefix.
 
-        Returned as `p_clear`; callers compare against the argmax via `classify_greedy`.
+        One forward pass per batch; the prompt prefix every row shares (the system instruction, and the
+        examples of a few-shot prompt) is computed once per batch.
         """
-        return [p for p, _ in self._first_token(items)]
-
-    def classify_greedy(self, items: Sequence[Item]) -> list[tuple[float, bool]]:
-        """(p_clear, needs_clarification) per item, where needs = the greedy first token is not `CLEAR`'s."""
-        return self._first_token(items)
-
-    def _first_token(self, items: Sequence[Item]) -> list[tuple[float, bool]]:
         import torch
 
         prompts = [self._prompt(m, d) for m, d in items]
-        out: list[tuple[float, bool]] = [(0.0, True)] * len(prompts)
+        out = [0.0] * len(prompts)
         with torch.inference_mode():
             for idx in self._batches(prompts):
-                batch = {
-                    k: v.to(self.device) for k, v in left_pad([prompts[i] for i in idx], self.tok.pad_token_id).items()
-                }
-                pos = (batch["attention_mask"].cumsum(-1) - 1).clamp(min=0)
-                logits = self.model(**batch, position_ids=pos, use_cache=False, logits_to_keep=1).logits[:, -1, :]
+                rows = [prompts[i] for i in idx]
+                p = common_prefix_len(rows)
+                padded = left_pad([r[p:] for r in rows], self.tok.pad_token_id)
+                logits = forward_tail(
+                    self.model,
+                    torch.tensor([rows[0][:p]], dtype=torch.long, device=self.device),
+                    padded["input_ids"].to(self.device),
+                    padded["attention_mask"].to(self.device),
+                    keep=1,
+                )[:, -1, :]
                 probs = torch.softmax(logits.float(), dim=-1)
-                top = probs.argmax(-1)
                 for j, i in enumerate(idx):
-                    out[i] = (float(probs[j, self.clear_token]), int(top[j]) != self.clear_token)
+                    out[i] = float(probs[j, self.clear_token])
         return out
 
+    def decide(self, items: Sequence[Item]) -> list[tuple[float, bool]]:
+        """(p_clear, needs_clarification) per item: ask when P(CLEAR) < the decision threshold.
+
+        Greedy argmax would compare P(CLEAR) with the single likeliest first word of a question; the
+        probability of asking is spread over many first words, so the threshold compares it with all
+        of them together. The threshold is calibrated on the validation split at training time
+        (`clariedge_adapter.json`), 0.5 otherwise.
+        """
+        return [(p, p < self.threshold) for p in self.p_clear(items)]
+
     # ---- full answers ----------------------------------------------------------------------------------
-    def generate(self, items: Sequence[Item], max_new_tokens: int | None = None) -> list[str]:
-        """The raw answer text per item (the answer prefix included), greedy."""
+    def generate(
+        self, items: Sequence[Item], max_new_tokens: int | None = None, *, question: bool = False
+    ) -> list[str]:
+        """The raw answer text per item (the answer prefix included), greedy.
+
+        `question=True` forbids `CLEAR`'s first token at the first step: the question the model would ask.
+        """
         import torch
 
         prompts = [self._prompt(m, d) for m, d in items]
         texts = [""] * len(prompts)
+        extra = {"begin_suppress_tokens": [self.clear_token]} if question else {}
         with torch.inference_mode():
             for idx in self._batches(prompts):
                 batch = {
@@ -217,27 +233,22 @@ class Clarifier:
                     do_sample=False,
                     pad_token_id=self.tok.pad_token_id,
                     eos_token_id=self.tok.eos_token_id,
+                    **extra,
                 )
                 new = gen[:, batch["input_ids"].shape[1] :]
                 for j, i in enumerate(idx):
                     texts[i] = ANSWER_PREFIX + self.tok.decode(new[j], skip_special_tokens=True)
         return texts
 
-    def check_batch(self, items: Sequence[Item], *, shortcut: bool = True) -> list[dict[str, Any]]:
-        """Contract dicts for many items. With `shortcut`, rows whose first token is CLEAR are not generated."""
-        results: list[dict[str, Any]] = [{} for _ in items]
-        todo = list(range(len(items)))
-        if shortcut:
-            decisions = self.classify_greedy(items)
-            todo = [i for i, (_, needs) in enumerate(decisions) if needs]
-            for i, (_, needs) in enumerate(decisions):
-                if not needs:
-                    results[i] = {"clarification": CLEAR}
+    def check_batch(self, items: Sequence[Item]) -> list[dict[str, Any]]:
+        """Contract dicts for many items: decide from P(CLEAR), then generate the question where asking."""
+        results: list[dict[str, Any]] = [{"clarification": CLEAR} for _ in items]
+        todo = [i for i, (_, needs) in enumerate(self.decide(items)) if needs]
         if todo:
-            raws = self.generate([items[i] for i in todo])
+            raws = self.generate([items[i] for i in todo], question=True)
             for i, raw in zip(todo, raws, strict=True):
                 value = parse_answer(raw)
-                if value is None:
+                if value is None or value == CLEAR:
                     self.unparseable += 1
                     results[i] = {"clarification": None, "raw": raw}
                 else:
@@ -302,12 +313,18 @@ def run_predict(
     max_new_tokens: int = 64,
     max_length: int | None = None,
     documents: bool = True,
+    threshold: float | None = None,
 ) -> dict[str, Any]:
     from clariedge.io import write_jsonl
 
     rows, rejects = read_inputs(inputs, documents=documents)
     clarifier = Clarifier(
-        adapter_dir, base=base, batch_size=batch_size, max_new_tokens=max_new_tokens, max_length=max_length
+        adapter_dir,
+        base=base,
+        batch_size=batch_size,
+        max_new_tokens=max_new_tokens,
+        max_length=max_length,
+        threshold=threshold,
     )
     preds, stats = predict(clarifier, rows)
     write_jsonl(out_path, preds)

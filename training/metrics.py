@@ -160,3 +160,20 @@ def interpretation_coverage(question: str, interpretations: Sequence[str]) -> fl
 def mean(values: Sequence[float | None]) -> float | None:
     vals = [v for v in values if v is not None]
     return round(sum(vals) / len(vals), 4) if vals else None
+
+
+def best_threshold(p_clear: Sequence[float], needs: Sequence[bool]) -> tuple[float, float]:
+    """The threshold t (ask when p_clear < t) with the highest accuracy, ties broken towards 0.5.
+
+    Candidates are 0.5 and the midpoints between consecutive distinct scores. Returns (t, accuracy).
+    """
+    if not p_clear:
+        return 0.5, 0.0
+    vals = sorted(set(p_clear))
+    cands = {0.5, vals[0] - 1e-6, vals[-1] + 1e-6} | {(a + b) / 2 for a, b in zip(vals, vals[1:], strict=False)}
+
+    def acc(t: float) -> float:
+        return sum((p < t) == g for p, g in zip(p_clear, needs, strict=True)) / len(needs)
+
+    best = max(cands, key=lambda t: (acc(t), -abs(t - 0.5)))
+    return round(best, 6), round(acc(best), 4)

@@ -76,6 +76,8 @@ class TrainConfig(StageConfig):
     max_length: int = Field(384, ge=32)
     max_rows: int | None = Field(None, ge=1, description="cap on training rows (stratified by category)")
     decision_weight: float = Field(1.0, ge=0, description="loss weight of the first answer token (CLEAR vs ask)")
+    calibrate: bool = Field(True, description="pick the decision threshold on the validation split after training")
+    calibrate_rows: int | None = Field(None, ge=1, description="validation rows used for calibration (None: all)")
     drop_categories: list[str] = Field(default_factory=list)
     save_every: int = Field(25, ge=1, description="checkpoint every N optimizer steps")
     checkpoint_dir: str = "cache/train"
@@ -405,6 +407,36 @@ def _portable(base_dir: Path, out_dir: Path) -> str:
     return str(base_dir)
 
 
+def calibrate(
+    adapter_dir: str | Path, base_dir: str | Path, validation_path: str | Path, max_rows: int | None, *, seed: int
+) -> dict[str, Any]:
+    """Choose the decision threshold on P(CLEAR) that maximises validation accuracy; record it in the adapter."""
+    from clariedge.training.infer import Clarifier
+    from clariedge.training.metrics import best_threshold
+
+    t0 = time.perf_counter()
+    rows = stratified_sample(load_examples(validation_path), max_rows, random.Random(seed))
+    clar = Clarifier(adapter_dir, base=base_dir, threshold=0.5)
+    probs = clar.p_clear([(r.messages, r.documents or None) for r in rows])
+    gold = [r.needs_clarification for r in rows]
+    threshold, acc = best_threshold(probs, gold)
+    meta_path = Path(adapter_dir) / "clariedge_adapter.json"
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    meta["decision_threshold"] = threshold
+    write_json(meta_path, meta)
+    out = {
+        "rows": len(rows),
+        "threshold": threshold,
+        "validation_accuracy": acc,
+        "validation_accuracy_at_0.5": round(
+            sum((p < 0.5) == g for p, g in zip(probs, gold, strict=True)) / max(1, len(rows)), 4
+        ),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    log.info("calibrated threshold %.4f on %d validation rows (accuracy %.4f)", threshold, len(rows), acc)
+    return out
+
+
 def run(
     train_path: str | Path,
     base_dir: str | Path,
@@ -415,12 +447,15 @@ def run(
     seed: int,
     variant: str = "default",
     progress: bool = True,
+    validation_path: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Read the split, select the variant's rows, train, write the metrics JSON."""
+    """Read the split, select the variant's rows, train, calibrate on the validation split, write the metrics."""
     vcfg = cfg.for_variant(variant)
     rows, sel = select_rows(load_examples(train_path), vcfg, random.Random(seed))
     metrics = train(rows, base_dir, out_dir, vcfg, seed=seed, variant=variant, progress=progress)
     metrics["selection"] = sel
+    if vcfg.calibrate and validation_path is not None:
+        metrics["calibration"] = calibrate(out_dir, base_dir, validation_path, vcfg.calibrate_rows, seed=seed)
     if metrics_path:
         write_json(metrics_path, metrics)
     return metrics
