@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from clariedge import __version__
-from clariedge.config import ConfigError, load_section
+from clariedge.config import ConfigError, load_seed, load_stage_config
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0])
 
@@ -63,7 +63,7 @@ def ingest(
     from clariedge.download import DownloadError, fetch
 
     try:
-        cfg = load_section(params, "ingest", stage.IngestConfig) if params.exists() else stage.IngestConfig()
+        cfg = load_stage_config(params, "ingest", stage.IngestConfig)
         if paths:
             sources: list[str | Path] = list(paths)
         elif cfg.source == "mtrag_url":
@@ -99,19 +99,18 @@ def synthesize(
     import os
 
     from clariedge import synthesize as stage
-    from clariedge.config import load_params
     from clariedge.llm import LLMConfigError
     from clariedge.prompts import PromptError
 
     try:
         cfg = (
-            load_section(params, "synthesize", stage.SynthesizeConfig) if params.exists() else stage.SynthesizeConfig()
+            load_stage_config(params, "synthesize", stage.SynthesizeConfig)
         )
         if backend is not None:
             if backend not in ("construct", "openai", "transformers"):
                 raise ConfigError(f"--backend {backend!r}: expected construct, openai or transformers")
             cfg = cfg.model_copy(update={"backend": backend})
-        seed = int(load_params(params).get("seed", 0)) if params.exists() else 0
+        seed = load_seed(params)
         api_key = os.environ.get(cfg.openai.api_key_env) if cfg.backend == "openai" else None
         stage.run(seeds, output, rejects, stats, cfg, seed=seed, cache_path=cache, api_key=api_key, progress=progress)
     except (ConfigError, FileNotFoundError, LLMConfigError, PromptError, ValueError) as err:
@@ -134,11 +133,9 @@ def filter_(
     import os
 
     from clariedge import filter as stage
-    from clariedge.config import load_params
-
     try:
-        cfg = load_section(params, "filter", stage.FilterConfig) if params.exists() else stage.FilterConfig()
-        seed = int(load_params(params).get("seed", 0)) if params.exists() else 0
+        cfg = load_stage_config(params, "filter", stage.FilterConfig)
+        seed = load_seed(params)
         api_key = None
         if cfg.judge.enabled and cfg.judge.backend == "openai":
             api_key = os.environ.get(cfg.judge.openai.get("api_key_env", "OPENAI_API_KEY"))
@@ -161,7 +158,7 @@ def review_config(params: Path = Path("params.yaml"), mode: str | None = None): 
 
     from clariedge.annotation.review import ReviewConfig
 
-    cfg = load_section(params, "review", ReviewConfig) if params.exists() else ReviewConfig()
+    cfg = load_stage_config(params, "review", ReviewConfig)
     update: dict[str, str] = {
         "api_url": os.environ.get("ARGILLA_API_URL") or ARGILLA_DEFAULT_URL,
         "api_key": os.environ.get("ARGILLA_API_KEY") or "",
@@ -337,15 +334,14 @@ def clean(
     from pydantic import ValidationError
 
     from clariedge import clean as stage
-    from clariedge.config import load_params
     from clariedge.io import describe_validation_error
 
     try:
-        cfg = load_section(params, "clean", stage.CleanConfig) if params.exists() else stage.CleanConfig()
+        cfg = load_stage_config(params, "clean", stage.CleanConfig)
         if policy is not None:
             cfg = stage.CleanConfig.model_validate({**cfg.model_dump(), "policy": policy})
         review_cfg = review_config(params) if cfg.policy == "send_back" else None
-        seed = int(load_params(params).get("seed", 0)) if params.exists() else 0
+        seed = load_seed(params)
         s = stage.run(reviewed, output, cfg, seed=seed, issues_csv=issues, issues_md=report,
                       confusion_png=confusion, stats_path=stats, cache_path=cache, review_cfg=review_cfg)
     except ValidationError as err:
@@ -374,12 +370,10 @@ def publish(
     import os
 
     from clariedge import publish as stage
-    from clariedge.config import load_params
-
     try:
-        cfg = load_section(params, "publish", stage.PublishConfig) if params.exists() else stage.PublishConfig()
+        cfg = load_stage_config(params, "publish", stage.PublishConfig)
         token = os.environ.get("HF_TOKEN") if cfg.hub_repo else None
-        seed = int(load_params(params).get("seed", 0)) if params.exists() else 0
+        seed = load_seed(params)
         s = stage.run(cleaned, output, parquet_dir, chat_dir, cfg, seed=seed, stats_path=stats,
                       clean_stats_path=clean_stats, hub_token=token)
     except (ConfigError, FileNotFoundError, ValueError) as err:
@@ -388,12 +382,6 @@ def publish(
 
 
 # --- model: base model, training, prediction, evaluation, ablation ------------------------------
-def _seed(params: Path) -> int:
-    from clariedge.config import load_params
-
-    return int(load_params(params).get("seed", 0)) if params.exists() else 0
-
-
 @app.command("base-model")
 def base_model(
     output: Annotated[Path, typer.Option("-o", "--output", help="HF model folder to write")] = Path("models/base"),
@@ -403,7 +391,7 @@ def base_model(
     from clariedge.training import base_model as stage
 
     try:
-        cfg = load_section(params, "base_model", stage.BaseModelConfig) if params.exists() else stage.BaseModelConfig()
+        cfg = load_stage_config(params, "base_model", stage.BaseModelConfig)
         summary = stage.run(output, cfg)
     except (ConfigError, FileNotFoundError, ValueError, OSError) as err:
         fail(str(err))
@@ -432,11 +420,11 @@ def train(
     from clariedge.training import train as stage
 
     try:
-        cfg = load_section(params, "train", stage.TrainConfig) if params.exists() else stage.TrainConfig()
+        cfg = load_stage_config(params, "train", stage.TrainConfig)
         if max_steps is not None:
             cfg = cfg.model_copy(update={"max_steps": max_steps})
         m = stage.run(train_split, base, output or Path("models") / variant,
-                      metrics or Path("metrics") / f"train_{variant}.json", cfg, seed=_seed(params),
+                      metrics or Path("metrics") / f"train_{variant}.json", cfg, seed=load_seed(params),
                       variant=variant, progress=progress, validation_path=validation)
     except (ConfigError, FileNotFoundError, ValueError) as err:
         fail(str(err))
@@ -490,8 +478,8 @@ def evaluate(
     from clariedge.training import evaluate as stage
 
     try:
-        cfg = load_section(params, "evaluate", stage.EvaluateConfig) if params.exists() else stage.EvaluateConfig()
-        r = stage.run(test_split, train_split, adapter, base, metrics, predictions, plots, cfg, seed=_seed(params))
+        cfg = load_stage_config(params, "evaluate", stage.EvaluateConfig)
+        r = stage.run(test_split, train_split, adapter, base, metrics, predictions, plots, cfg, seed=load_seed(params))
     except (ConfigError, FileNotFoundError, ValueError) as err:
         fail(str(err))
     for name, s in r["systems"].items():
@@ -516,10 +504,10 @@ def ablation(
     from clariedge.training.train import TrainConfig
 
     try:
-        tcfg = load_section(params, "train", TrainConfig) if params.exists() else TrainConfig()
-        ecfg = load_section(params, "evaluate", EvaluateConfig) if params.exists() else EvaluateConfig()
+        tcfg = load_stage_config(params, "train", TrainConfig)
+        ecfg = load_stage_config(params, "evaluate", EvaluateConfig)
         r = stage.run(test_split, {v: models / v for v in tcfg.variants}, base, predictions, train_metrics,
-                      output, plot, table, ecfg, seed=_seed(params))
+                      output, plot, table, ecfg, seed=load_seed(params))
     except (ConfigError, FileNotFoundError, ValueError) as err:
         fail(str(err))
     typer.echo(r["table"])

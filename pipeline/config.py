@@ -57,3 +57,29 @@ def load_section(path: str | Path, section: str, model: type[C]) -> C:
             else:
                 lines.append(f"{key}: {e['msg']}")
         raise ConfigError(f"{path}: " + "; ".join(lines)) from None
+
+
+DEFAULT_PARAMS = Path("params.yaml")
+
+
+def load_stage_config(path: str | Path, section: str, model: type[C]) -> C:
+    """`params.yaml[section]` as `model`. Without a params file the model's defaults apply, but only
+    for the default path: a `--params FILE` that does not exist is an error, not silently ignored."""
+    path = Path(path)
+    if not path.exists():
+        if path == DEFAULT_PARAMS:
+            return model()
+        raise ConfigError(f"{path}: params file not found")
+    return load_section(path, section, model)
+
+
+def load_seed(path: str | Path) -> int:
+    """The top-level `seed` every stage draws its random choices from (0 without a params file)."""
+    path = Path(path)
+    if not path.exists() and path == DEFAULT_PARAMS:
+        return 0
+    seed = load_params(path).get("seed", 0)
+    if not isinstance(seed, int):
+        raise ConfigError(f"{path}: seed: expected an integer, got {seed!r}")
+    return seed
+

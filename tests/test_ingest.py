@@ -269,8 +269,6 @@ def test_cli_strict_mode_exits_non_zero_without_traceback(tmp_path: Path) -> Non
             "-o",
             str(tmp_path / "o.parquet"),
             "--strict",
-            "--params",
-            str(tmp_path / "none.yaml"),
         ],
         capture_output=True,
         text=True,
@@ -300,3 +298,14 @@ def test_read_seed_turns_reports_unknown_format(tmp_path: Path) -> None:
     rejects = Rejects()
     seeds, _ = read_seed_turns([f], rejects)
     assert seeds == [] and rejects.rows[0]["reason"] == "unknown_format"
+
+
+def test_explicit_params_file_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "clariedge.cli", "ingest", "-o", "o.parquet", "--params", "params.yml"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 1 and "params.yml: params file not found" in proc.stderr
+    assert not (tmp_path / "o.parquet").exists()

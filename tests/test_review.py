@@ -316,14 +316,15 @@ def test_send_back_is_a_no_op_offline() -> None:
 def test_cli_errors_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     src = tmp_path / "in.parquet"
     write_records(src, make_examples(2))
+    monkeypatch.chdir(tmp_path)  # no params.yaml here: the defaults apply
     monkeypatch.setenv("ARGILLA_API_URL", "http://127.0.0.1:9")  # nothing listens on the discard port
     monkeypatch.setenv("ARGILLA_API_KEY", "owner.apikey")
-    result = CliRunner().invoke(app, ["review", "push", str(src), "--params", str(tmp_path / "none.yaml")])
+    result = CliRunner().invoke(app, ["review", "push", str(src)])
     assert result.exit_code == 1
     assert "cannot reach Argilla at http://127.0.0.1:9" in result.output
     assert "Traceback" not in result.output
     monkeypatch.delenv("ARGILLA_API_KEY")
-    result = CliRunner().invoke(app, ["review", "push", str(src), "--params", str(tmp_path / "none.yaml")])
+    result = CliRunner().invoke(app, ["review", "push", str(src)])
     assert "set ARGILLA_API_KEY" in result.output
 
 
