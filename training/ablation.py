@@ -30,32 +30,46 @@ log = logging.getLogger(__name__)
 COLUMNS = ("accuracy", "precision", "recall", "f1", "fp_rate_hard_negatives")
 
 
-def _reused(predictions: Path | None, ids: list[str]) -> list[bool] | None:
+def _reused(predictions: Path | None, ids: list[str]) -> tuple[list[bool], list[float]] | None:
+    """The default adapter's (decisions, P(CLEAR)) from evaluate's predictions, if they cover these rows."""
     if predictions is None or not predictions.exists():
         return None
     by_id = {}
     with predictions.open(encoding="utf-8") as fh:
         for line in fh:
             row = json.loads(line)
-            if row.get("system") == "adapter":
-                by_id[row["id"]] = bool(row["needs"])
+            if row.get("system") == "adapter" and "p_clear" in row:
+                by_id[row["id"]] = (bool(row["needs"]), float(row["p_clear"]))
     if not all(i in by_id for i in ids):
         return None
-    return [by_id[i] for i in ids]
+    return [by_id[i][0] for i in ids], [by_id[i][1] for i in ids]
 
 
 def table(variants: Mapping[str, Mapping[str, Any]]) -> str:
-    """Markdown table: one row per variant, the decision metrics and the hard-negative FP rate."""
-    head = "| variant | train rows | hard negatives in train | accuracy | precision | recall | F1 | FP rate on hard negatives |"
-    lines = [head, "|" + "---|" * 8]
+    """Markdown table: one row per variant and threshold, the decision metrics and the hard-negative FP rate."""
+    head = (
+        "| variant | threshold | train rows | hard negatives in train | accuracy | precision | recall | F1 "
+        "| FP rate on hard negatives |"
+    )
+    lines = [head, "|" + "---|" * 9]
     for name, v in variants.items():
-        cells = [f"{v.get(c):.3f}" if isinstance(v.get(c), float) else str(v.get(c)) for c in COLUMNS]
-        lines.append(
-            f"| {name} | {v.get('train_rows', '?')} | {v.get('train_hard_negatives', '?')} | "
-            + " | ".join(cells)
-            + " |"
-        )
+        for label, m in ((f"calibrated ({v.get('threshold', 0.5):.3f})", v), ("0.5", v.get("at_0.5"))):
+            if not m:
+                continue
+            cells = [f"{m.get(c):.3f}" if isinstance(m.get(c), float) else str(m.get(c)) for c in COLUMNS]
+            lines.append(
+                f"| {name} | {label} | {v.get('train_rows', '?')} | {v.get('train_hard_negatives', '?')} | "
+                + " | ".join(cells)
+                + " |"
+            )
     return "\n".join(lines) + "\n"
+
+
+def _threshold(adapter: Path) -> float:
+    meta = adapter / "clariedge_adapter.json"
+    if meta.exists():
+        return float(json.loads(meta.read_text(encoding="utf-8")).get("decision_threshold", 0.5))
+    return 0.5
 
 
 def plot(variants: Mapping[str, Mapping[str, Any]], path: str | Path) -> None:
@@ -65,17 +79,20 @@ def plot(variants: Mapping[str, Mapping[str, Any]], path: str | Path) -> None:
     import matplotlib.pyplot as plt
 
     names = list(variants)
-    metrics = ["accuracy", "f1", "fp_rate_hard_negatives"]
+    metrics = ["accuracy", "f1", "fp_rate_hard_negatives", "fp_rate_hard_negatives@0.5"]
     fig, ax = plt.subplots(figsize=(1.8 + 1.6 * len(names) * len(metrics) / 3, 3.4))
     width = 0.8 / max(1, len(names))
     for k, name in enumerate(names):
-        vals = [variants[name].get(m) or 0.0 for m in metrics]
+        v = variants[name]
+        vals = [(v.get("at_0.5") or {}).get(m[:-4]) if m.endswith("@0.5") else v.get(m) for m in metrics]
+        vals = [x or 0.0 for x in vals]
         xs = [i + k * width for i in range(len(metrics))]
         bars = ax.bar(xs, vals, width, label=name)
         for b, v in zip(bars, vals, strict=True):
             ax.text(b.get_x() + b.get_width() / 2, v + 0.01, f"{v:.2f}", ha="center", fontsize=8)
     ax.set_xticks(
-        [i + width * (len(names) - 1) / 2 for i in range(len(metrics))], ["accuracy", "F1", "FP rate\nhard negatives"]
+        [i + width * (len(names) - 1) / 2 for i in range(len(metrics))],
+        ["accuracy", "F1", "FP rate HN\n(calibrated)", "FP rate HN\n(threshold 0.5)"],
     )
     ax.set_ylim(0, 1.1)
     ax.legend(fontsize=8)
@@ -106,16 +123,26 @@ def run(
     out: dict[str, dict[str, Any]] = {}
     for name, adapter in adapters.items():
         t0 = time.perf_counter()
-        needs = _reused(Path(predictions), [r.id for r in rows]) if (name == "default" and predictions) else None
-        reused = needs is not None
-        if needs is None:
+        got = _reused(Path(predictions), [r.id for r in rows]) if (name == "default" and predictions) else None
+        reused = got is not None
+        if got is None:
             clar = Clarifier(adapter, base=base_dir, max_length=cfg.max_length, batch_size=cfg.batch_size)
-            needs = [n for _, n in clar.decide(items)]
+            decided = clar.decide(items)
+            got = ([n for _, n in decided], [p for p, _ in decided])
+            threshold = clar.threshold
             del clar
+        else:
+            threshold = _threshold(Path(adapter))
+        needs, p_clear = got
         s = score(rows, needs)
         entry: dict[str, Any] = {c: s[c] for c in COLUMNS}
+        entry["threshold"] = threshold
         entry["accuracy_by_category"] = s["accuracy_by_category"]
         entry["confusion"] = s["confusion"]
+        # the same adapter with the plain 0.5 threshold: calibration on the validation split (which has
+        # hard negatives) can hide part of what training without them does
+        s05 = score(rows, [p < 0.5 for p in p_clear])
+        entry["at_0.5"] = {c: s05[c] for c in COLUMNS}
         tm = Path(train_metrics_dir) / f"train_{name}.json"
         if tm.exists():
             t = json.loads(tm.read_text(encoding="utf-8"))
