@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import clariedge.training  # noqa: F401  (sets OMP_WAIT_POLICY=PASSIVE before torch loads)
+
 
 def _rows(split: Path | None, n: int) -> list:
     from clariedge.training.data import load_examples
