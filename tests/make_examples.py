@@ -53,35 +53,23 @@ def mtrag_examples(mtrag_dir: Path, *, limit: int | None = None, seed: int = 0) 
     convs = sorted(by_conv)
     rows: list[Example] = []
     for s in seeds:
-        if s.is_standalone:
-            for setting, docs in _settings(s):
-                rows.append(
-                    Example(
-                        conversation_id=s.conversation_id,
-                        domain=s.domain,
-                        setting=setting,
-                        category="clear",
-                        messages=s.messages,
-                        documents=docs,
-                        needs_clarification=False,
-                        provenance=_prov(s.id, "clear"),
-                    )
-                )
-            continue
+        category = "clear" if s.is_standalone else "hard_negative"
         for setting, docs in _settings(s):
             rows.append(
                 Example(
                     conversation_id=s.conversation_id,
                     domain=s.domain,
                     setting=setting,
-                    category="hard_negative",
+                    category=category,
                     messages=s.messages,
                     documents=docs,
                     needs_clarification=False,
-                    resolution=s.rewrite,
-                    provenance=_prov(s.id, "hard_negative"),
+                    resolution=None if s.is_standalone else s.rewrite,
+                    provenance=_prov(s.id, category),
                 )
             )
+        if s.is_standalone:
+            continue
         other = by_conv[rng.choice([c for c in convs if c != s.conversation_id])]
         host = rng.choice(other)
         history = host.messages[:-1] or host.messages  # end with a user turn is re-added below
