@@ -681,7 +681,7 @@ def plot_confusion(path: str | Path, confusion: dict[str, Any]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from clariedge.io import atomic_path
+    from clariedge.io import save_figure
 
     matrix = np.asarray(confusion["matrix"])
     classes = confusion["classes"]
@@ -697,9 +697,7 @@ def plot_confusion(path: str | Path, confusion: dict[str, Any]) -> None:
     ax.set_ylabel("given category")
     ax.set_title("clean: given vs predicted (grouped CV)")
     fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", metadata={"Software": None})
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def render_report(result: CleanResult, cfg: CleanConfig, top: int) -> str:

@@ -103,9 +103,7 @@ def synthesize(
     from clariedge.prompts import PromptError
 
     try:
-        cfg = (
-            load_stage_config(params, "synthesize", stage.SynthesizeConfig)
-        )
+        cfg = load_stage_config(params, "synthesize", stage.SynthesizeConfig)
         if backend is not None:
             if backend not in ("construct", "openai", "transformers"):
                 raise ConfigError(f"--backend {backend!r}: expected construct, openai or transformers")
@@ -133,6 +131,7 @@ def filter_(
     import os
 
     from clariedge import filter as stage
+
     try:
         cfg = load_stage_config(params, "filter", stage.FilterConfig)
         seed = load_seed(params)
@@ -342,8 +341,18 @@ def clean(
             cfg = stage.CleanConfig.model_validate({**cfg.model_dump(), "policy": policy})
         review_cfg = review_config(params) if cfg.policy == "send_back" else None
         seed = load_seed(params)
-        s = stage.run(reviewed, output, cfg, seed=seed, issues_csv=issues, issues_md=report,
-                      confusion_png=confusion, stats_path=stats, cache_path=cache, review_cfg=review_cfg)
+        s = stage.run(
+            reviewed,
+            output,
+            cfg,
+            seed=seed,
+            issues_csv=issues,
+            issues_md=report,
+            confusion_png=confusion,
+            stats_path=stats,
+            cache_path=cache,
+            review_cfg=review_cfg,
+        )
     except ValidationError as err:
         fail(f"--policy: {describe_validation_error(err)}")
     except (ConfigError, FileNotFoundError, ValueError) as err:
@@ -370,12 +379,22 @@ def publish(
     import os
 
     from clariedge import publish as stage
+
     try:
         cfg = load_stage_config(params, "publish", stage.PublishConfig)
         token = os.environ.get("HF_TOKEN") if cfg.hub_repo else None
         seed = load_seed(params)
-        s = stage.run(cleaned, output, parquet_dir, chat_dir, cfg, seed=seed, stats_path=stats,
-                      clean_stats_path=clean_stats, hub_token=token)
+        s = stage.run(
+            cleaned,
+            output,
+            parquet_dir,
+            chat_dir,
+            cfg,
+            seed=seed,
+            stats_path=stats,
+            clean_stats_path=clean_stats,
+            hub_token=token,
+        )
     except (ConfigError, FileNotFoundError, ValueError) as err:
         fail(str(err))
     typer.echo(f"splits {s['rows']} written to {output}, {parquet_dir}, {chat_dir}")
@@ -404,9 +423,12 @@ def train(
         "data/clariedge-parquet/train.parquet"
     ),
     base: Annotated[Path, typer.Option(help="base model folder (base-model output)")] = Path("models/base"),
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="adapter folder; default models/<variant>")] = None,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="adapter folder; default models/<variant>")
+    ] = None,
     metrics: Annotated[
-        Path | None, typer.Option("--metrics", "--stats", help="train metrics JSON; default metrics/train_<variant>.json")
+        Path | None,
+        typer.Option("--metrics", "--stats", help="train metrics JSON; default metrics/train_<variant>.json"),
     ] = None,
     variant: Annotated[str, typer.Option(help="a name under train.variants in params")] = "default",
     validation: Annotated[
@@ -423,19 +445,31 @@ def train(
         cfg = load_stage_config(params, "train", stage.TrainConfig)
         if max_steps is not None:
             cfg = cfg.model_copy(update={"max_steps": max_steps})
-        m = stage.run(train_split, base, output or Path("models") / variant,
-                      metrics or Path("metrics") / f"train_{variant}.json", cfg, seed=load_seed(params),
-                      variant=variant, progress=progress, validation_path=validation)
+        m = stage.run(
+            train_split,
+            base,
+            output or Path("models") / variant,
+            metrics or Path("metrics") / f"train_{variant}.json",
+            cfg,
+            seed=load_seed(params),
+            variant=variant,
+            progress=progress,
+            validation_path=validation,
+        )
     except (ConfigError, FileNotFoundError, ValueError) as err:
         fail(str(err))
-    typer.echo(f"{variant}: {m['steps']} steps, loss {m['first_loss']} -> {m['final_loss']}, "
-               f"{m['tokens_per_s']} tokens/s, {m['wall_s']} s, peak RAM {m['peak_ram_mb']} MB")
+    typer.echo(
+        f"{variant}: {m['steps']} steps, loss {m['first_loss']} -> {m['final_loss']}, "
+        f"{m['tokens_per_s']} tokens/s, {m['wall_s']} s, peak RAM {m['peak_ram_mb']} MB"
+    )
 
 
 @app.command()
 def predict(
     adapter: Annotated[Path, typer.Option(help="adapter folder (train output)")],
-    input: Annotated[list[Path], typer.Option("--input", "-i", help="MTRAG task JSONL, project JSONL or split parquet")],
+    input: Annotated[
+        list[Path], typer.Option("--input", "-i", help="MTRAG task JSONL, project JSONL or split parquet")
+    ],
     output: Annotated[Path, typer.Option("--output", "-o", help="predictions JSONL: {id, clarification}")],
     base: Annotated[Path | None, typer.Option(help="base model; default: the one recorded in the adapter")] = None,
     batch_size: Annotated[int, typer.Option(help="rows per batch")] = 8,
@@ -450,20 +484,33 @@ def predict(
     from clariedge.training import infer
 
     try:
-        stats = infer.run_predict(adapter, input, output, base=base, batch_size=batch_size,
-                                  max_new_tokens=max_new_tokens, max_length=max_length, documents=documents,
-                                  threshold=threshold)
+        stats = infer.run_predict(
+            adapter,
+            input,
+            output,
+            base=base,
+            batch_size=batch_size,
+            max_new_tokens=max_new_tokens,
+            max_length=max_length,
+            documents=documents,
+            threshold=threshold,
+        )
     except (FileNotFoundError, ValueError) as err:
         fail(str(err))
     typer.echo(" ".join(f"{k}={v}" for k, v in stats.items()))
     if stats.get("unparseable"):
-        typer.secho(f"warning: {stats['unparseable']} answers could not be parsed (clarification null)",
-                    fg=typer.colors.YELLOW, err=True)
+        typer.secho(
+            f"warning: {stats['unparseable']} answers could not be parsed (clarification null)",
+            fg=typer.colors.YELLOW,
+            err=True,
+        )
 
 
 @app.command()
 def evaluate(
-    test_split: Annotated[Path, typer.Argument(help="test split parquet")] = Path("data/clariedge-parquet/test.parquet"),
+    test_split: Annotated[Path, typer.Argument(help="test split parquet")] = Path(
+        "data/clariedge-parquet/test.parquet"
+    ),
     train_split: Annotated[Path, typer.Option(help="train split (few-shot examples, MiniLM classifier)")] = Path(
         "data/clariedge-parquet/train.parquet"
     ),
@@ -488,7 +535,9 @@ def evaluate(
 
 @app.command()
 def ablation(
-    test_split: Annotated[Path, typer.Argument(help="test split parquet")] = Path("data/clariedge-parquet/test.parquet"),
+    test_split: Annotated[Path, typer.Argument(help="test split parquet")] = Path(
+        "data/clariedge-parquet/test.parquet"
+    ),
     models: Annotated[Path, typer.Option(help="folder holding models/<variant>/")] = Path("models"),
     base: Annotated[Path, typer.Option(help="base model folder")] = Path("models/base"),
     predictions: Annotated[Path | None, typer.Option(help="evaluate's predictions (reused for `default`)")] = None,
@@ -506,8 +555,18 @@ def ablation(
     try:
         tcfg = load_stage_config(params, "train", TrainConfig)
         ecfg = load_stage_config(params, "evaluate", EvaluateConfig)
-        r = stage.run(test_split, {v: models / v for v in tcfg.variants}, base, predictions, train_metrics,
-                      output, plot, table, ecfg, seed=load_seed(params))
+        r = stage.run(
+            test_split,
+            {v: models / v for v in tcfg.variants},
+            base,
+            predictions,
+            train_metrics,
+            output,
+            plot,
+            table,
+            ecfg,
+            seed=load_seed(params),
+        )
     except (ConfigError, FileNotFoundError, ValueError) as err:
         fail(str(err))
     typer.echo(r["table"])

@@ -82,4 +82,3 @@ def load_seed(path: str | Path) -> int:
     if not isinstance(seed, int):
         raise ConfigError(f"{path}: seed: expected an integer, got {seed!r}")
     return seed
-

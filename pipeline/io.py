@@ -45,6 +45,17 @@ def write_text(path: str | Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+def save_figure(fig: Any, path: str | Path, dpi: int = 100) -> None:
+    """Write a matplotlib figure as PNG atomically, without the (version-bearing) Software tag; closes it."""
+    import matplotlib.pyplot as plt
+
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=dpi, metadata={"Software": None})
+    finally:
+        plt.close(fig)
+
+
 def write_json(path: str | Path, data: Any) -> None:
     write_text(path, json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 

@@ -112,6 +112,46 @@ def test_length_cap_shortens_documents_first_and_keeps_the_last_turn(tok) -> Non
     assert len(enc.input_ids) <= 240 and "and what about the second one?" in tok.decode(enc.input_ids)
 
 
+def test_prompt_budget_does_not_depend_on_the_answer(tok) -> None:
+    """A CLEAR row and a question row with the same dialog get the same prompt (no length cue to the label)."""
+    from clariedge.training.data import encode_example, prompt_budget
+
+    docs = [Document(doc_id=f"d{i}", title=f"Doc {i}", text=("word " * 300).strip()) for i in range(3)]
+    turn = "and what about the second one?"
+    clear = _ex(6, "hard_negative", turn, docs=docs)
+    ask = _ex(7, "ambiguous_dialog", turn, "Do you mean the second document or the second plan in the first one?", docs)
+    a, b = encode_example(tok, clear, max_length=256), encode_example(tok, ask, max_length=256)
+    prompt = [len([t for t in e.labels if t == -100]) for e in (a, b)]
+    assert prompt[0] == prompt[1] <= prompt_budget(256)
+    assert a.input_ids[: prompt[0]] == b.input_ids[: prompt[1]]
+
+
+def test_middle_cut_keeps_the_whole_instruction(tok) -> None:
+    from clariedge.chat_format import SYSTEM_PROMPT
+    from clariedge.training.data import encode_example
+
+    ex = _ex(8, "clear", "tell me about " + "the long winding history of the river " * 60 + "in one line")
+    enc = encode_example(tok, ex, max_length=192)
+    assert enc.info.cut_middle and len(enc.input_ids) <= 192
+    text = tok.decode(enc.input_ids)
+    assert SYSTEM_PROMPT in text and text.rstrip().endswith('"}<|im_end|>') and "in one line" in text
+
+
+def test_lora_layer_choice() -> None:
+    from pydantic import ValidationError
+
+    from clariedge.training.train import LoraSettings
+
+    assert LoraSettings().layers(30) is None
+    assert LoraSettings(top_layers=10).layers(30) == list(range(20, 30))
+    assert LoraSettings(top_layers=40).layers(30) is None
+    assert LoraSettings(layers_to_transform=[0, 5]).layers(30) == [0, 5]
+    with pytest.raises(ValueError, match="out of range"):
+        LoraSettings(layers_to_transform=[31]).layers(30)
+    with pytest.raises(ValidationError, match="not both"):
+        LoraSettings(top_layers=2, layers_to_transform=[1])
+
+
 @pytest.mark.slow
 def test_shared_prefix_loss_equals_plain_forward(base_model_dir: Path, tok) -> None:
     import torch

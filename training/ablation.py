@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from clariedge.io import write_json, write_text
+from clariedge.io import save_figure, write_json, write_text
 from clariedge.training.data import load_examples, stratified_sample
 from clariedge.training.evaluate import EvaluateConfig, score
 
@@ -98,9 +98,7 @@ def plot(variants: Mapping[str, Mapping[str, Any]], path: str | Path) -> None:
     ax.legend(fontsize=8)
     ax.set_title("hard-negative ablation (test split)")
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def run(

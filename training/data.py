@@ -10,7 +10,11 @@ Length caps, in order, until the prompt fits `max_length - answer tokens`:
    of a post-retrieval prompt;
 2. drop the oldest dialog messages (the last user turn is always kept);
 3. drop the last documents, keeping two;
-4. cut the middle of what is left (keeps the system instruction's start and the last turn's end).
+4. cut the middle of what is left: the whole system instruction stays, then the end of the rest.
+
+The prompt budget is the same for every row, in training and at inference: `max_length - ANSWER_ROOM`
+(`prompt_budget`). A budget that shrank with each row's answer would let prompt length tell a
+question row from a CLEAR row in training, a cue that does not exist at inference.
 """
 
 from __future__ import annotations
@@ -19,9 +23,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clariedge.chat_format import CLEAR, build_messages, target_json
+from clariedge.chat_format import CLEAR, SYSTEM_PROMPT, build_messages, target_json
 
 ANSWER_PREFIX = '{"clarification": "'
+ANSWER_ROOM = 48  # tokens kept free for the answer after the prompt (longer answers take more, see encode_example)
+
+
+def prompt_budget(max_length: int) -> int:
+    """Prompt tokens allowed for a row of `max_length` tokens (the answer gets `ANSWER_ROOM`)."""
+    return max(16, max_length - ANSWER_ROOM)
 
 
 def _get(obj: Any, key: str, default: Any = None) -> Any:
@@ -39,11 +49,23 @@ def _docs_as_dicts(documents: Sequence[Any] | None) -> list[dict[str, str]]:
     ]
 
 
-def _chat_ids(tok: Any, chat: list[dict[str, str]], system_suffix: str = "") -> list[int]:
+def _chat_text(tok: Any, chat: list[dict[str, str]], system_suffix: str = "") -> str:
     if system_suffix:
         chat = [{**chat[0], "content": chat[0]["content"] + "\n\n" + system_suffix}, *chat[1:]]
-    text = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
-    return tok(text + ANSWER_PREFIX, add_special_tokens=False)["input_ids"]
+    return tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) + ANSWER_PREFIX
+
+
+def _chat_ids(tok: Any, chat: list[dict[str, str]], system_suffix: str = "") -> list[int]:
+    return tok(_chat_text(tok, chat, system_suffix), add_special_tokens=False)["input_ids"]
+
+
+def _instruction_len(tok: Any, chat: list[dict[str, str]]) -> int:
+    """Tokens from the start of the prompt to the end of the system instruction (what a middle cut keeps)."""
+    text = _chat_text(tok, chat)
+    end = text.find(SYSTEM_PROMPT)
+    if end < 0:  # a chat template that rewrites the system message: keep nothing special
+        return 0
+    return len(tok(text[: end + len(SYSTEM_PROMPT)], add_special_tokens=False)["input_ids"])
 
 
 @dataclass
@@ -97,9 +119,11 @@ def encode_prompt(
         docs = docs[:-1]
         info.dropped_documents += 1
         info.ids = _chat_ids(tok, build_messages(msgs, docs), system_suffix)
-    # 4. cut the middle
+    # 4. cut the middle: the instruction stays whole when that leaves at least a quarter for the rest
     if len(info.ids) > max_prompt:
-        head = min(48, max_prompt // 4)
+        head = _instruction_len(tok, build_messages(msgs, docs))
+        if head > max_prompt * 3 // 4:
+            head = max_prompt // 4
         info.ids = info.ids[:head] + info.ids[len(info.ids) - (max_prompt - head) :]
         info.cut_middle = True
     return info
@@ -122,15 +146,18 @@ class Encoded:
 
 
 def encode_example(tok: Any, example: Any, max_length: int, max_answer: int = 96) -> Encoded:
-    """Prompt + answer ids for one example; labels are -100 on the prompt (loss on the answer only).
+    """Prompt + answer ids for one example, at most `max_length`; labels are -100 on the prompt (loss on the answer).
 
-    The answer prefix is part of the prompt, so the loss covers exactly what inference generates.
+    The answer prefix is part of the prompt, so the loss covers exactly what inference generates. The
+    prompt gets `prompt_budget(max_length)` tokens, as at inference; only an answer longer than
+    `ANSWER_ROOM` (a rare long question) takes its extra tokens from that row's prompt.
     """
     target = _get(example, "clarification") if _get(example, "needs_clarification") else CLEAR
     ans = answer_ids(tok, target)
     if len(ans) > max_answer:
         ans = ans[: max_answer - 1] + [tok.eos_token_id]
-    info = encode_prompt(tok, _get(example, "messages"), _get(example, "documents"), max_length - len(ans))
+    budget = min(prompt_budget(max_length), max_length - len(ans))
+    info = encode_prompt(tok, _get(example, "messages"), _get(example, "documents"), budget)
     return Encoded(info.ids + ans, [-100] * len(info.ids) + ans, info)
 
 

@@ -34,7 +34,7 @@ from pydantic import Field
 
 from clariedge.chat_format import CLEAR
 from clariedge.config import StageConfig
-from clariedge.io import write_json, write_jsonl, write_text
+from clariedge.io import save_figure, write_json, write_jsonl, write_text
 from clariedge.schema import Example
 from clariedge.training import metrics as M
 from clariedge.training.data import load_examples, stratified_sample
@@ -296,9 +296,7 @@ def plot_confusions(systems: dict[str, dict[str, Any]], path: str | Path) -> Non
         ax.set_ylabel("gold")
         ax.set_title(f"{name}\nacc {systems[name]['accuracy']:.3f}")
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------------------------------

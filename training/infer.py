@@ -27,7 +27,14 @@ from pathlib import Path
 from typing import Any
 
 from clariedge.chat_format import CLEAR, parse_output
-from clariedge.training.data import ANSWER_PREFIX, common_prefix_len, encode_prompt, forward_tail, left_pad
+from clariedge.training.data import (
+    ANSWER_PREFIX,
+    common_prefix_len,
+    encode_prompt,
+    forward_tail,
+    left_pad,
+    prompt_budget,
+)
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +171,9 @@ class Clarifier:
 
     # ---- encoding ----------------------------------------------------------------------------------
     def _prompt(self, messages: Sequence[Any], documents: Sequence[Any] | None) -> list[int]:
-        budget = self.max_length - 24  # room for the start of the answer
-        return encode_prompt(self.tok, messages, documents, budget, system_suffix=self.few_shot).ids
+        return encode_prompt(
+            self.tok, messages, documents, prompt_budget(self.max_length), system_suffix=self.few_shot
+        ).ids
 
     def _batches(self, prompts: list[list[int]]) -> list[list[int]]:
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from clariedge.chat_format import FORMAT_VERSION
 from clariedge.config import StageConfig
@@ -50,8 +50,27 @@ class LoraSettings(StageConfig):
     alpha: int = Field(32, ge=1)
     dropout: float = Field(0.05, ge=0.0, lt=1.0)
     target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
-    # only these layer indices get adapters (None: all); adapters in the upper layers only also shorten backward
+    # adapters in the last N decoder layers only (None: every layer): backward then stops N layers down,
+    # a third less compute at N = half the layers; `layers_to_transform` names the layers instead
+    top_layers: int | None = Field(None, ge=1)
     layers_to_transform: list[int] | None = None
+
+    @model_validator(mode="after")
+    def _one_layer_choice(self) -> LoraSettings:
+        if self.top_layers is not None and self.layers_to_transform is not None:
+            raise ValueError("set either top_layers or layers_to_transform, not both")
+        return self
+
+    def layers(self, num_layers: int) -> list[int] | None:
+        """The layer indices that get adapters in a model of `num_layers` decoder layers (None: all)."""
+        if self.layers_to_transform is not None:
+            bad = [i for i in self.layers_to_transform if not 0 <= i < num_layers]
+            if bad:
+                raise ValueError(f"train.lora.layers_to_transform: {bad} out of range for {num_layers} layers")
+            return list(self.layers_to_transform)
+        if self.top_layers is None or self.top_layers >= num_layers:
+            return None
+        return list(range(num_layers - self.top_layers, num_layers))
 
 
 class VariantSettings(StageConfig):
@@ -246,7 +265,7 @@ def train(
         lora_alpha=cfg.lora.alpha,
         lora_dropout=cfg.lora.dropout,
         target_modules=list(cfg.lora.target_modules),
-        layers_to_transform=cfg.lora.layers_to_transform,
+        layers_to_transform=cfg.lora.layers(model.config.num_hidden_layers),
         task_type="CAUSAL_LM",
     )
     model = AnswerLossModel(get_peft_model(model, lcfg))
