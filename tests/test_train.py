@@ -112,6 +112,24 @@ def test_length_cap_shortens_documents_first_and_keeps_the_last_turn(tok) -> Non
     assert len(enc.input_ids) <= 240 and "and what about the second one?" in tok.decode(enc.input_ids)
 
 
+def test_length_cap_shortens_long_answers_before_dropping_turns(tok) -> None:
+    """The referent named in the first turn survives: the long assistant answers are cut, not the dialog's start."""
+    from clariedge.training.data import encode_example
+
+    history = [
+        Message(role="user", content="Tell me about the Hubble Space Telescope."),
+        Message(role="assistant", content="It is a telescope in low Earth orbit. " + "More detail follows. " * 80),
+        Message(role="user", content="When was it launched?"),
+        Message(role="assistant", content="It was launched in 1990. " + "Further detail follows. " * 80),
+    ]
+    ex = _ex(9, "hard_negative", "and how big is its mirror?", history=history)
+    enc = encode_example(tok, ex, max_length=256)
+    text = tok.decode(enc.input_ids)
+    assert enc.info.shortened_messages and enc.info.dropped_messages == 0 and not enc.info.cut_middle
+    assert "Hubble Space Telescope" in text and "It was launched in 1990." in text and "how big is its mirror?" in text
+    assert len(enc.input_ids) <= 256
+
+
 def test_prompt_budget_does_not_depend_on_the_answer(tok) -> None:
     """A CLEAR row and a question row with the same dialog get the same prompt (no length cue to the label)."""
     from clariedge.training.data import encode_example, prompt_budget

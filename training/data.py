@@ -8,9 +8,11 @@ model is trained on are exactly the tokens it continues from at inference.
 Length caps, in order, until the prompt fits `max_length - answer tokens`:
 1. shorten every document's text proportionally (to 60 characters at least): documents are the bulk
    of a post-retrieval prompt;
-2. drop the oldest dialog messages (the last user turn is always kept);
-3. drop the last documents, keeping two;
-4. cut the middle of what is left: the whole system instruction stays, then the end of the rest.
+2. shorten the earlier dialog messages (long assistant answers first) to a cap that falls from 400 to
+   100 characters: a referent named many turns back stays visible;
+3. drop the oldest dialog messages (the last user turn is always kept);
+4. drop the last documents, keeping two;
+5. cut the middle of what is left: the whole system instruction stays, then the end of the rest.
 
 The prompt budget is the same for every row, in training and at inference: `max_length - ANSWER_ROOM`
 (`prompt_budget`). A budget that shrank with each row's answer would let prompt length tell a
@@ -27,6 +29,9 @@ from clariedge.chat_format import CLEAR, SYSTEM_PROMPT, build_messages, target_j
 
 ANSWER_PREFIX = '{"clarification": "'
 ANSWER_ROOM = 48  # tokens kept free for the answer after the prompt (longer answers take more, see encode_example)
+
+
+MESSAGE_CAPS = (400, 240, 160, 100)  # characters per earlier dialog message, tried in turn (step 2 below)
 
 
 def prompt_budget(max_length: int) -> int:
@@ -72,6 +77,7 @@ def _instruction_len(tok: Any, chat: list[dict[str, str]]) -> int:
 class PromptInfo:
     ids: list[int]
     truncated_docs: bool = False
+    shortened_messages: bool = False
     dropped_messages: int = 0
     dropped_documents: int = 0
     cut_middle: bool = False
@@ -106,7 +112,19 @@ def encode_prompt(
         ]
         info.truncated_docs = True
         info.ids = _chat_ids(tok, build_messages(msgs, docs), system_suffix)
-    # 2. drop the oldest messages, keeping the last user turn
+    # 2. shorten the earlier messages, the longest first (the last user turn stays whole)
+    for cap in MESSAGE_CAPS:
+        if len(info.ids) <= max_prompt:
+            break
+        short = [
+            m if len(m["content"]) <= cap else {**m, "content": m["content"][:cap].rstrip() + " ..."} for m in msgs[:-1]
+        ]
+        if short == msgs[:-1]:
+            continue
+        msgs = [*short, msgs[-1]]
+        info.shortened_messages = True
+        info.ids = _chat_ids(tok, build_messages(msgs, docs), system_suffix)
+    # 3. drop the oldest messages, keeping the last user turn
     while len(info.ids) > max_prompt and len(msgs) > 1:
         msgs = msgs[1:]
         while len(msgs) > 1 and msgs[0]["role"] != "user":
@@ -114,12 +132,12 @@ def encode_prompt(
             info.dropped_messages += 1
         info.dropped_messages += 1
         info.ids = _chat_ids(tok, build_messages(msgs, docs), system_suffix)
-    # 3. drop the last documents (two stay: enough to show competing readings)
+    # 4. drop the last documents (two stay: enough to show competing readings)
     while len(info.ids) > max_prompt and len(docs) > 2:
         docs = docs[:-1]
         info.dropped_documents += 1
         info.ids = _chat_ids(tok, build_messages(msgs, docs), system_suffix)
-    # 4. cut the middle: the instruction stays whole when that leaves at least a quarter for the rest
+    # 5. cut the middle: the instruction stays whole when that leaves at least a quarter for the rest
     if len(info.ids) > max_prompt:
         head = _instruction_len(tok, build_messages(msgs, docs))
         if head > max_prompt * 3 // 4:

@@ -246,6 +246,7 @@ def train(
     trunc = Counter()
     for e in encoded:
         trunc["truncated_documents"] += e.info.truncated_docs
+        trunc["shortened_messages_rows"] += e.info.shortened_messages
         trunc["dropped_messages_rows"] += e.info.dropped_messages > 0
         trunc["cut_middle"] += e.info.cut_middle
         trunc["dropped_documents_rows"] += e.info.dropped_documents > 0
