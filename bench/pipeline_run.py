@@ -85,7 +85,7 @@ class StageRun:
     output: str
 
 
-def _run(cmd: list[str], project: Path) -> tuple[int, float, float, str]:
+def run_cmd(cmd: list[str], project: Path) -> tuple[int, float, float, str]:
     """Run `cmd`; return (exit code, wall seconds, peak RSS of the process tree in MB, output)."""
     log = project / ".bench.log"
     start = time.perf_counter()
@@ -101,7 +101,7 @@ def repro_by_stage(project: Path) -> list[StageRun]:
     """`dvc repro --single-item` for each stage in pipeline order, so each gets its own time and RAM."""
     runs = []
     for stage in stage_names(project):
-        code, seconds, rss, output = _run(["dvc", "repro", "--single-item", stage], project)
+        code, seconds, rss, output = run_cmd(["dvc", "repro", "--single-item", stage], project)
         if code != 0:
             raise RuntimeError(f"stage {stage} failed (exit {code}):\n{output[-4000:]}")
         runs.append(StageRun(stage, seconds, rss, bool(ran_stages(output)), output))
@@ -116,7 +116,7 @@ def ran_stages(output: str) -> list[str]:
 
 
 def repro(project: Path, *args: str) -> tuple[float, str]:
-    code, seconds, _, output = _run(["dvc", "repro", *args], project)
+    code, seconds, _, output = run_cmd(["dvc", "repro", *args], project)
     if code != 0:
         raise RuntimeError(f"dvc repro failed (exit {code}):\n{output[-4000:]}")
     return seconds, output

@@ -1,8 +1,11 @@
 """End to end: `dvc repro` of the whole pipeline in a fresh copy of the project on a tiny params profile
-(real stages, real models, few training steps), then the no-op re-run and a training-only change."""
+(real stages, real models, few training steps), then the no-op re-run, a training-only change, and a
+`dvc exp run -S` experiment read back through `dvc exp show`."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import subprocess
 import sys
@@ -12,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from pipeline_run import copy_project, env, ran_stages, repro, set_params  # noqa: E402
+from pipeline_run import copy_project, env, ran_stages, repro, run_cmd, set_params  # noqa: E402
 
 # Few rows and steps: the point is that every stage runs and wires into the next, not model quality.
 TINY = {
@@ -78,8 +81,20 @@ def test_cold_repro_noop_and_training_only_change(project: Path) -> None:
     assert ran_stages(out) == []
 
     # 3. a training-only param: only training, evaluation and what depends on them rerun
-    from pipeline_run import set_params as _set
-
-    _set(project, {"train.lr": 0.0002})
+    set_params(project, {"train.lr": 0.0002})
     _, out = repro(project)
     assert set(ran_stages(out)) == {"train@default", "train@no_hard_negatives", "evaluate", "ablation"}
+
+    # 4. an experiment: `dvc exp run -S` on the LoRA rank (default adapter + evaluate only), shown by `dvc exp show`
+    code, _, _, out = run_cmd(
+        ["dvc", "exp", "run", "-n", "rank4", "-S", "train.lora.r=4", "-S", "train.lora.alpha=8", "evaluate"], project
+    )
+    assert code == 0, out[-3000:]
+    assert set(ran_stages(out)) == {"train@default", "evaluate"}
+    code, _, _, shown = run_cmd(["dvc", "exp", "show", "--csv"], project)
+    assert code == 0, shown[-3000:]
+    rows = list(csv.DictReader(io.StringIO(shown)))
+    exp = next(r for r in rows if r["Experiment"] == "rank4")
+    assert exp["train.lora.r"] == "4" and exp["train.lora.alpha"] == "8"
+    acc_cols = [c for c in exp if c.startswith("systems.adapter.accuracy")]
+    assert acc_cols and all(exp[c] != "" for c in acc_cols)
