@@ -5,7 +5,7 @@ examples built from the bundled sample with the construct backend) and prints to
 step, peak RAM and the process's CPU seconds (on a busy shared machine, tokens per CPU-second x cores
 estimates the unloaded speed). Also times first-token classification (the evaluate path) on the same rows.
 
-    .venv/bin/python bench/bench_train.py --steps 6 --batch-size 8 --max-length 320
+    .venv/bin/python bench/bench_train.py --steps 6 --batch-size 8 --max-length 256
 """
 
 from __future__ import annotations
@@ -48,18 +48,24 @@ def main() -> None:
     ap.add_argument("--base", type=Path, default=Path("models/base"))
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--max-length", type=int, default=320)
+    ap.add_argument("--max-length", type=int, default=256)
     ap.add_argument("--classify-rows", type=int, default=32)
+    ap.add_argument("--top-layers", type=int, default=15, help="adapters in the top N layers (0: all), as params.yaml")
     args = ap.parse_args()
 
     import torch
 
     from clariedge.training.infer import Clarifier
-    from clariedge.training.train import TrainConfig, train
+    from clariedge.training.train import LoraSettings, TrainConfig, train
 
     rows = _rows(args.split, args.steps * args.batch_size)
     cfg = TrainConfig(
-        max_steps=args.steps, epochs=100, batch_size=args.batch_size, max_length=args.max_length, save_every=10_000
+        max_steps=args.steps,
+        epochs=100,
+        batch_size=args.batch_size,
+        max_length=args.max_length,
+        save_every=10_000,
+        lora=LoraSettings(top_layers=args.top_layers or None),
     )
     with tempfile.TemporaryDirectory() as tmp:
         cfg = cfg.model_copy(update={"checkpoint_dir": str(Path(tmp) / "ckpt")})
