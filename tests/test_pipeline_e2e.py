@@ -96,5 +96,6 @@ def test_cold_repro_noop_and_training_only_change(project: Path) -> None:
     rows = list(csv.DictReader(io.StringIO(shown)))
     exp = next(r for r in rows if r["Experiment"] == "rank4")
     assert exp["train.lora.r"] == "4" and exp["train.lora.alpha"] == "8"
-    acc_cols = [c for c in exp if c.startswith("systems.adapter.accuracy")]
-    assert acc_cols and all(exp[c] != "" for c in acc_cols)
+    # the experiment's own evaluation is in the table (per-category cells may be empty on 12 tiny rows)
+    assert 0.0 <= float(exp["systems.adapter.accuracy"]) <= 1.0
+    assert 0 < float(exp["systems.adapter.n"]) <= TINY["evaluate.max_rows"]

@@ -193,7 +193,11 @@ def test_shared_prefix_loss_equals_plain_forward(base_model_dir: Path, tok) -> N
     )
     enc = [encode_example(tok, e, max_length=256) for e in TOY[:3]]
     batch = collate(enc, tok.pad_token_id)
-    assert batch["prefix_ids"].shape[1] > 100  # the system instruction is shared
+    # the system instruction (chat template + SYSTEM_PROMPT) is computed once for the batch
+    from clariedge.chat_format import SYSTEM_PROMPT
+
+    system_ids = tok.apply_chat_template([{"role": "system", "content": SYSTEM_PROMPT}], tokenize=False)
+    assert batch["prefix_ids"].shape[1] >= len(tok(system_ids, add_special_tokens=False)["input_ids"]) - 2
     loss = answer_loss(model, batch)
     loss.backward()
     grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
@@ -211,7 +215,8 @@ def test_shared_prefix_loss_equals_plain_forward(base_model_dir: Path, tok) -> N
     assert loss.item() == pytest.approx(ref.item(), rel=1e-4)
     for n, p in model.named_parameters():
         if p.requires_grad:
-            assert torch.allclose(p.grad, grads[n], rtol=1e-3, atol=1e-6), n
+            err = (p.grad - grads[n]).norm() / p.grad.norm()
+            assert err < 1e-3, (n, err.item())
 
 
 @pytest.mark.slow
