@@ -675,7 +675,10 @@ def write_issues_csv(path: str | Path, issues: list[dict[str, Any]]) -> None:
     write_text(path, buf.getvalue())
 
 
-def plot_confusion(path: str | Path, confusion: dict[str, Any]) -> None:
+def plot_confusion(path: str | Path, confusion: dict[str, Any], note: str = "") -> None:
+    """The given-vs-predicted matrix; with no matrix (rows passed through unscored), a figure saying why.
+
+    The file is a declared DVC output, so it is written in both cases."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -683,6 +686,12 @@ def plot_confusion(path: str | Path, confusion: dict[str, Any]) -> None:
 
     from clariedge.io import save_figure
 
+    if not confusion:
+        fig, ax = plt.subplots(figsize=(6, 2), dpi=100)
+        ax.axis("off")
+        ax.text(0.5, 0.5, f"clean: not scored\n{note}", ha="center", va="center", wrap=True)
+        save_figure(fig, path)
+        return
     matrix = np.asarray(confusion["matrix"])
     classes = confusion["classes"]
     fig, ax = plt.subplots(figsize=(6, 5), dpi=100)
@@ -798,8 +807,8 @@ def run(
         result.stats["send_back_result"] = send_back(result.sent_back, review_cfg)
     write_records(out_path, result.rows)
     write_issues_csv(issues_csv, result.issues)
-    if result.confusion:
-        plot_confusion(confusion_png, result.confusion)
+    note = f"{len(rows)} rows in {len({ex.conversation_id for ex in rows})} conversations: too few to cross-validate"
+    plot_confusion(confusion_png, result.confusion, note=note)
     write_text(issues_md, render_report(result, cfg, cfg.report_top))
     result.stats["seconds_total"] = round(time.perf_counter() - t0, 2)
     if stats_path:

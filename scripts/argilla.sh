@@ -83,8 +83,17 @@ start() {
     return 0
   fi
   setsid "$@" >>"$logf" 2>&1 < /dev/null &
-  echo $! >"$RUN/$name.pid"
-  log "started $name (pid $!)"
+  local pid=$! i
+  echo "$pid" >"$RUN/$name.pid"
+  # until the forked shell has exec'd the command, its cmdline lacks the marker and pid_alive would
+  # call it dead (seen on a loaded machine): wait for the exec, or for the process to end
+  for ((i = 0; i < 100; i++)); do
+    kill -0 "$pid" 2>/dev/null || break
+    [[ -r "/proc/$pid/cmdline" ]] || break
+    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "$(marker "$name")" && break
+    sleep 0.1
+  done
+  log "started $name (pid $pid)"
 }
 
 wait_port() {  # wait_port PORT SECONDS NAME

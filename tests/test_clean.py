@@ -164,6 +164,29 @@ def test_too_few_rows_pass_through():
     assert res.rows == rows and res.stats["skipped"] == "too_few_rows"
 
 
+def test_too_few_rows_still_write_every_declared_output(tmp_path):
+    # a small LLM-backend run can leave clean a handful of rows; dvc fails the stage if an out is missing
+    src = tmp_path / "reviewed.parquet"
+    rows = tiny_examples(2, seed=0)
+    write_records(src, rows)
+    outs = {name: tmp_path / name for name in ("cleaned.parquet", "issues.csv", "issues.md", "confusion.png")}
+    stats = run(
+        src,
+        outs["cleaned.parquet"],
+        CleanConfig(),
+        seed=7,
+        issues_csv=outs["issues.csv"],
+        issues_md=outs["issues.md"],
+        confusion_png=outs["confusion.png"],
+        stats_path=tmp_path / "clean.json",
+        cache_path=None,
+    )
+    assert stats["skipped"] == "too_few_rows" and stats["rows_out"] == len(rows)
+    assert all(p.exists() for p in outs.values()), [n for n, p in outs.items() if not p.exists()]
+    assert outs["confusion.png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(read_records(outs["cleaned.parquet"], Example)) == len(rows)
+
+
 def test_run_writes_reports_and_is_deterministic(tmp_path, tiny, embed_cache):
     rows, _ = tiny
     noisy, _ = plant_flips(rows, 0.10, seed=1)
