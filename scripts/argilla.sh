@@ -67,12 +67,21 @@ cmd_install() {
 
 # a recorded PID counts only while it is alive AND still runs what we started (PIDs get reused)
 marker() { case "$1" in noida) echo "noida-db" ;; server) echo "argilla_server start" ;; worker) echo "argilla_server worker" ;; esac; }
+# runs_marker PID NAME: the process's command line contains NAME's marker (read into a variable: a
+# `tr | grep -q` pipe fails at random under pipefail when grep exits before tr has written everything)
+runs_marker() {
+  local cmdline
+  cmdline="$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null)" || return 1
+  [[ "$cmdline" == *"$(marker "$2")"* ]]
+}
+# just started by us: alive is enough (the marker check is for stale PID files from earlier sessions)
+started_alive() { [[ -f "$RUN/$1.pid" ]] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; }
 pid_alive() {
   local pid
   [[ -f "$RUN/$1.pid" ]] || return 1
   pid="$(cat "$RUN/$1.pid")"
   kill -0 "$pid" 2>/dev/null || return 1
-  [[ ! -r "/proc/$pid/cmdline" ]] || tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "$(marker "$1")"
+  [[ ! -r "/proc/$pid/cmdline" ]] || runs_marker "$pid" "$1"
 }
 
 # start NAME LOGFILE CMD... : run CMD in its own session, record its PID
@@ -90,7 +99,7 @@ start() {
   for ((i = 0; i < 100; i++)); do
     kill -0 "$pid" 2>/dev/null || break
     [[ -r "/proc/$pid/cmdline" ]] || break
-    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "$(marker "$name")" && break
+    runs_marker "$pid" "$name" && break
     sleep 0.1
   done
   log "started $name (pid $pid)"
@@ -100,7 +109,7 @@ wait_port() {  # wait_port PORT SECONDS NAME
   local port="$1" secs="$2" name="$3" i
   for ((i = 0; i < secs * 4; i++)); do
     if (exec 3<>"/dev/tcp/$HOST/$port") 2>/dev/null; then return 0; fi
-    pid_alive "$name" || die "$name exited; see $LOGS/$name.log"
+    started_alive "$name" || die "$name exited; see $LOGS/$name.log"
     sleep 0.25
   done
   die "$name did not open port $port within ${secs}s; see $LOGS/$name.log"
@@ -161,7 +170,7 @@ cmd_up() {
   local i
   for ((i = 0; i < 240; i++)); do
     api_ok && break
-    pid_alive server || die "server exited; see $LOGS/server.log"
+    started_alive server || die "server exited; see $LOGS/server.log"
     sleep 0.5
   done
   api_ok || die "server did not answer $URL/api/v1/me within 120s; see $LOGS/server.log"
