@@ -94,8 +94,8 @@ start() {
   setsid "$@" >>"$logf" 2>&1 < /dev/null &
   local pid=$! i
   echo "$pid" >"$RUN/$name.pid"
-  # until the forked shell has exec'd the command, its cmdline lacks the marker and pid_alive would
-  # call it dead (seen on a loaded machine): wait for the exec, or for the process to end
+  # until the forked shell has exec'd the command, its cmdline lacks the marker: give it a moment
+  # (or until the process ends) so the PID file is trustworthy for `down` and `status` right away
   for ((i = 0; i < 100; i++)); do
     kill -0 "$pid" 2>/dev/null || break
     [[ -r "/proc/$pid/cmdline" ]] || break
