@@ -67,8 +67,8 @@ cmd_install() {
 
 # a recorded PID counts only while it is alive AND still runs what we started (PIDs get reused)
 marker() { case "$1" in noida) echo "noida-db" ;; server) echo "argilla_server start" ;; worker) echo "argilla_server worker" ;; esac; }
-# runs_marker PID NAME: the process's command line contains NAME's marker (read into a variable: a
-# `tr | grep -q` pipe fails at random under pipefail when grep exits before tr has written everything)
+# runs_marker PID NAME: the process's command line contains NAME's marker (read into a variable, so
+# the answer does not hang on the exit status of every member of a pipe under pipefail)
 runs_marker() {
   local cmdline
   cmdline="$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null)" || return 1
@@ -77,10 +77,9 @@ runs_marker() {
 # just started by us: alive is enough (the marker check is for stale PID files from earlier sessions)
 started_alive() { [[ -f "$RUN/$1.pid" ]] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; }
 pid_alive() {
+  started_alive "$1" || return 1
   local pid
-  [[ -f "$RUN/$1.pid" ]] || return 1
   pid="$(cat "$RUN/$1.pid")"
-  kill -0 "$pid" 2>/dev/null || return 1
   [[ ! -r "/proc/$pid/cmdline" ]] || runs_marker "$pid" "$1"
 }
 
@@ -97,9 +96,7 @@ start() {
   # until the forked shell has exec'd the command, its cmdline lacks the marker: give it a moment
   # (or until the process ends) so the PID file is trustworthy for `down` and `status` right away
   for ((i = 0; i < 100; i++)); do
-    kill -0 "$pid" 2>/dev/null || break
-    [[ -r "/proc/$pid/cmdline" ]] || break
-    runs_marker "$pid" "$name" && break
+    { pid_alive "$name" || ! kill -0 "$pid" 2>/dev/null; } && break  # exec done, or it ended
     sleep 0.1
   done
   log "started $name (pid $pid)"
