@@ -479,6 +479,9 @@ def predict(
     threshold: Annotated[
         float | None, typer.Option(help="ask when P(CLEAR) is below this; default: the adapter's calibrated one")
     ] = None,
+    precision: Annotated[
+        str, typer.Option(help="auto (bf16 where the hardware has it natively) | fp32 | bf16")
+    ] = "auto",
 ) -> None:
     """Ask the adapter whether each dialog's last turn needs a clarifying question (greedy, batched)."""
     from clariedge.training import infer
@@ -494,6 +497,7 @@ def predict(
             max_length=max_length,
             documents=documents,
             threshold=threshold,
+            precision=precision,
         )
     except (FileNotFoundError, ValueError) as err:
         fail(str(err))

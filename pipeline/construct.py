@@ -344,7 +344,7 @@ _PATTERN_CACHE: dict[tuple[str, str, str], list[re.Pattern[str]]] = {}
 
 def _alt(options: Iterable[str]) -> str:
     opts = sorted({o for o in options if o}, key=len, reverse=True)
-    return "(?:" + "|".join(re.escape(o).replace(" ", r"[\s-]+") for o in opts) + ")"
+    return "(?:" + "|".join(r"[\s-]+".join(re.escape(w) for w in o.split()) for o in opts) + ")"
 
 
 def _patterns(kind: str, head: str, modifier: str) -> list[re.Pattern[str]]:
@@ -435,6 +435,8 @@ def text_entities(text: str) -> list[Entity]:
         before, after = text[: m.start()], text[m.end() :]
         if re.search(r"[A-Z][\w'’-]*\s+(?:of|for|and|de|on)\s+(?:the\s+)?$", before) or re.match(r"\s+[A-Z0-9]", after):
             continue  # part of a longer name: "Defense of Marriage Act", "Cloud Functions SDK"
+        if before and not before[-1].isspace() and before[-1] not in "(\"'“‘":
+            continue  # inside a token: the "000 credit" of "$5,000 credit limit"
         mod = m["mod"].strip().split()
         while mod and (mod[0].lower() in STOP or mod[0].lower() in _DETERMINERS):
             mod = mod[1:]  # a sentence-initial question word is not a modifier
@@ -446,6 +448,16 @@ def text_entities(text: str) -> list[Entity]:
     return out
 
 
+def _inside_name(before: str) -> bool:
+    """Whether the text before a match ends in a capitalised word that is not a sentence's first word."""
+    ws = before.split()
+    if ws and re.fullmatch(r"[A-Z][a-z]{0,2}\.", ws[-1]):
+        return True  # an abbreviation that starts a name: "St.", "Mt.", "Ft."
+    if len(ws) < 2 or not ws[-1][:1].isupper() or ws[-1] == "I":
+        return False
+    return not ws[-2].endswith((".", "?", "!", ":"))
+
+
 def generalize(question: str, entity: Entity, determiner: str) -> str | None:
     """Remove the distinguishing modifier: "How long is the Penobscot River?" -> "How long is the river?"."""
     for pat in entity.patterns():
@@ -453,6 +465,8 @@ def generalize(question: str, entity: Entity, determiner: str) -> str | None:
         if not m:
             continue
         name = m["n"]
+        if _inside_name(question[: m.start()]):
+            return None  # the match is the tail of a longer name: "St. Louis Cardinals" -> "St. Cardinals"
         if entity.kind == "suffix":
             if name.lower().endswith("s") and not entity.head.endswith("s") and determiner in ("this", "that"):
                 determiner = "these" if determiner == "this" else "those"
@@ -934,6 +948,19 @@ def _pick_host(
     return None
 
 
+def sense_cues(question: str, family: Sequence[Entity], docs_by_title: dict[str, list[Document]]) -> set[str]:
+    """Terms of a loose question that only one entity of its family uses (in its documents or its name).
+
+    "How hot does the surface of Mercury get?" keeps "surface", which only the planet's passages use:
+    the question has lost its disambiguator but still says which Mercury it means, so it is no
+    ambiguous row (before retrieval or after)."""
+    names = set().union(*(terms(e.head) for e in family))
+    vocab = [
+        terms(" ".join([e.modifier, *(d.title + " " + d.text for d in docs_by_title.get(e.title, []))])) for e in family
+    ]
+    return {t for t in terms(question) - names if sum(t in v for v in vocab) == 1}
+
+
 def _seed_entities(seed: SeedTurn, ctx: _Ctx) -> list[tuple[Entity, str]]:
     """Entities the seed's standalone question (the turn, or its rewrite) names precisely."""
     question = seed.rewrite if seed.rewrite else seed.last_turn
@@ -978,6 +1005,10 @@ def _generalized_entity_rows(
     history = seed.messages[:-1]
     noun_anchor = Anchor("noun", entity.head, _context(loose, words(entity.head)[-1]))
     gen = f"gen.{entity.kind}.{det}"
+    # a loose question whose other words still pick one entity of the family makes no ambiguous row
+    cued = bool(siblings and sense_cues(loose, family, ctx.docs_by_title))
+    if cued:
+        ctx.skipped["generalize:sense_cue"] += 1
 
     # hard negative: the dialog named this entity and no sibling, so the loose question is resolved
     named = [e for e in family if any(e.mentioned_in(m.content) for m in history)]
@@ -989,7 +1020,7 @@ def _generalized_entity_rows(
     # ambiguous in the dialog: nothing before the loose question names any entity of the family
     hidden = set().union(*(e.modifier_terms() for e in family))
     unpinned = _cut_dialog(history, hidden, family)
-    if _want(ctx, "ad_generalized_unpinned"):
+    if _want(ctx, "ad_generalized_unpinned") and not cued:
         if siblings and ctx.rng.random() < 0.4:
             labels = [e.label for e in family[: ctx.cfg.max_interpretations]]
             ctx.rng.shuffle(labels)
@@ -1005,7 +1036,7 @@ def _generalized_entity_rows(
             interpretations=labels,
             template=f"{gen}.{tmpl}",
         )
-    if _want(ctx, "ad_stitched") and ctx.rng.random() < 0.5:
+    if _want(ctx, "ad_stitched") and not cued and ctx.rng.random() < 0.5:
         host = _pick_host(seed, entity.modifier_terms(), noun_anchor, hosts, ctx, avoid=family)
         if host is not None:
             clar, tmpl = clarify_dialog(noun_anchor, ctx.rng)
@@ -1052,7 +1083,10 @@ def _generalized_entity_rows(
         ctx.rng.shuffle(docs)
         labels = [e.label for e in covered]
         ctx.rng.shuffle(labels)
-        if i < _want(ctx, "adoc_entity_collision"):
+        shown: dict[str, list[Document]] = defaultdict(list)
+        for d in docs:
+            shown[d.title].append(d)
+        if i < _want(ctx, "adoc_entity_collision") and not cued and not sense_cues(loose, covered, shown):
             clar, tmpl = clarify_documents(labels, ctx.rng)
             em.emit(
                 "adoc_entity_collision",

@@ -19,11 +19,13 @@ from clariedge.construct import (
     find_anchor,
     generalize,
     referent_terms,
+    sense_cues,
     shallow_separability,
     terms,
+    text_entities,
 )
 from clariedge.io import write_records
-from clariedge.schema import CATEGORIES, Example, Message, SeedTurn, Source
+from clariedge.schema import CATEGORIES, Document, Example, Message, SeedTurn, Source
 
 FAST = ConstructConfig(separability=False)
 
@@ -223,6 +225,56 @@ def test_title_entities_and_generalisation() -> None:
     football = entity_of_title("American football")
     assert football is not None and football.label == "American football"
     assert generalize("Is American football similar to rugby?", football, "that") == "Is football similar to rugby?"
+
+
+def test_multi_word_disambiguators_and_names_inside_longer_names() -> None:
+    mlb = entity_of_title("Cardinals (St. Louis, MLB)")
+    assert mlb is not None and mlb.mentioned_in("Who founded the St. Louis Cardinals?")
+    assert generalize("Who founded the St. Louis Cardinals?", mlb, "the") == "Who founded the Cardinals?"
+    state = entity_of_title("Georgia (U.S. state)")
+    assert (
+        generalize("What is the capital of the U.S. state of Georgia?", state, "the")
+        == "What is the capital of Georgia?"
+    )
+    # a disambiguator that is only the tail of the name in the question would leave "the St. Cardinals"
+    louis = entity_of_title("Cardinals (Louis)")
+    assert generalize("Who founded the St. Louis Cardinals?", louis, "the") is None
+    assert generalize("Who founded the Saint Louis Cardinals?", louis, "the") is None
+    assert generalize("Louis Cardinals: who founded them?", louis, "the") == "Cardinals: who founded them?"
+    # a mention must start a token: "$5,000 credit limit" is no "000 credit"
+    assert text_entities("With a $5,000 credit limit, what balance should I keep?") == []
+    assert [e.modifier for e in text_entities("Is the Lite plan free?")] == ["Lite"]
+
+
+def test_sense_cues_find_words_that_pick_one_entity() -> None:
+    planet, element = entity_of_title("Mercury (planet)"), entity_of_title("Mercury (element)")
+    assert planet is not None and element is not None
+    docs = {
+        "Mercury (planet)": [
+            Document(doc_id="p", title="Mercury (planet)", text="The planet's surface reaches 430 C.")
+        ],
+        "Mercury (element)": [
+            Document(doc_id="e", title="Mercury (element)", text="A liquid metal once used in thermometers.")
+        ],
+    }
+    family = [planet, element]
+    assert sense_cues("How hot does the surface of Mercury get?", family, docs) == {"surface"}
+    assert sense_cues("Is mercury still used in thermometers?", family, docs) == {"thermometer"}
+    assert sense_cues("Is the planet Mercury hot?", family, docs) == {"planet"}  # a disambiguator is a cue
+    assert sense_cues("Tell me about Mercury", family, docs) == set()
+    assert sense_cues("what is the mercury 430 metal", family, docs) == {"430", "metal"}
+
+
+def test_ambiguous_documents_rows_carry_no_sense_cue(sample_rows: list[Example]) -> None:
+    adoc = [r for r in sample_rows if r.category == "ambiguous_documents"]
+    assert adoc
+    for r in adoc:
+        by_title: dict[str, list[Document]] = {}
+        for d in r.documents:
+            by_title.setdefault(d.title, []).append(d)
+        family = [e for e in map(entity_of_title, sorted(by_title)) if e is not None]
+        assert len(family) >= 2, r.documents
+        assert sense_cues(r.last_turn, family, by_title) == set(), (r.last_turn, sorted(by_title))
 
 
 def test_referent_and_anchor_from_rewrite() -> None:

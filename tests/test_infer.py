@@ -147,3 +147,19 @@ def test_predict_cli_end_to_end(base_model_dir: Path, tmp_path: Path) -> None:
     for p in preds:  # a question, CLEAR, or null with the raw text (counted, never a crash)
         assert isinstance(p["clarification"], str) or (p["clarification"] is None and "raw" in p)
     assert "rows=2" in res.output and "unparseable=" in res.output
+
+    bad = CliRunner().invoke(
+        app, ["predict", "--adapter", str(adapter), "--input", str(tasks), "--output", str(out), "--precision", "fp16"]
+    )
+    assert bad.exit_code == 1 and "precision 'fp16'" in bad.output
+    assert len(out.read_text().splitlines()) == 2  # the good predictions are still there
+
+    import torch
+
+    from clariedge.training.infer import Clarifier
+
+    items = [([{"role": "user", "content": "how much does it cost?"}], None)]
+    c32 = Clarifier(adapter, base=base_model_dir, precision="fp32")
+    c16 = Clarifier(adapter, base=base_model_dir, precision="bf16")
+    assert c32.model.dtype == torch.float32 and c16.model.dtype == torch.bfloat16
+    assert c32.p_clear(items)[0] == pytest.approx(c16.p_clear(items)[0], abs=0.1)  # bf16 rounding, same model

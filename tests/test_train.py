@@ -220,6 +220,60 @@ def test_shared_prefix_loss_equals_plain_forward(base_model_dir: Path, tok) -> N
 
 
 @pytest.mark.slow
+def test_frozen_bottom_cache_equals_plain_forward(base_model_dir: Path, tok) -> None:
+    """The cached bottom layers + hand-run top layers give the plain forward's loss and LoRA gradients."""
+    import contextlib
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from clariedge.training.data import answer_ce, answer_loss, encode_example
+    from clariedge.training.frozen import FrozenBottom, collate_rows
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(base_model_dir, dtype=torch.float32)
+    start = model.config.num_hidden_layers - 6
+    model = get_peft_model(
+        model,
+        LoraConfig(
+            r=4,
+            lora_alpha=8,
+            lora_dropout=0.0,
+            target_modules=["q_proj", "v_proj", "down_proj"],
+            layers_to_transform=list(range(start, model.config.num_hidden_layers)),
+            task_type="CAUSAL_LM",
+            init_lora_weights=False,
+        ),
+    )
+    enc = [encode_example(tok, e, max_length=256) for e in TOY]
+    bottom = FrozenBottom(model, start)
+    # filled in batches of 2 (other prefix splits and paddings than the training batch below)
+    bottom.fill(enc, tok.pad_token_id, 2, autocast=contextlib.nullcontext, progress=False)
+    assert [s.shape[0] for s in bottom.states] == [len(e.input_ids) for e in enc]
+    assert all(not s.requires_grad for s in bottom.states)
+    batch = collate_rows(enc, tok.pad_token_id, decision_weight=3.0)([3, 0, 2])
+    assert batch["rows"].tolist() == [3, 0, 2] and batch["prefix_ids"].shape[1] > 0
+
+    def loss_and_grads(loss_fn):
+        model.zero_grad()
+        loss = loss_fn()
+        loss.backward()
+        return loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+
+    ref, ref_grads = loss_and_grads(lambda: answer_loss(model, batch))
+    got, grads = loss_and_grads(lambda: answer_ce(bottom.tail_logits(batch), batch))
+    assert got == pytest.approx(ref, rel=1e-4)
+    assert ref_grads and set(grads) == set(ref_grads)
+    for n, g in ref_grads.items():
+        assert g.norm() > 0, n
+        assert ((grads[n] - g).norm() / g.norm()).item() < 1e-3, n
+    # a wrong cut (states of layer `start` fed to fewer layers) changes the loss: the check in train has teeth
+    bottom.start = start + 2
+    assert answer_ce(bottom.tail_logits(batch), batch).item() != pytest.approx(ref, rel=1e-3)
+
+
+@pytest.mark.slow
 def test_few_steps_lower_the_loss_resume_and_reload(base_model_dir: Path, tmp_path: Path) -> None:
     from clariedge.training.infer import Clarifier, parse_answer
     from clariedge.training.train import LoraSettings, train
@@ -268,3 +322,25 @@ def test_few_steps_lower_the_loss_resume_and_reload(base_model_dir: Path, tmp_pa
     value = parse_answer(raw)
     assert value is not None, raw  # valid contract JSON after a few steps on this format
     assert json.loads(json.dumps({"clarification": value}))["clarification"] == value
+
+
+def test_precision_auto_follows_native_bf16() -> None:
+    from clariedge.training.infer import native_bf16, use_bf16_for
+
+    assert use_bf16_for("auto", native=True) is True
+    assert use_bf16_for("auto", native=False) is False
+    assert use_bf16_for("bf16", native=False) is True  # forced, even where it is emulated
+    assert use_bf16_for("fp32", native=True) is False
+    assert use_bf16_for("auto") is native_bf16()
+
+
+def test_checkpoint_fingerprint_holds_the_resolved_precision() -> None:
+    from clariedge.training.train import _fingerprint
+
+    rows, base = TOY, Path("models/base")
+    auto = TrainConfig(precision="auto")
+    # `auto` resolved to bf16 on one machine and to fp32 on another: no resume across them
+    assert _fingerprint(auto, rows, base, use_bf16=True) != _fingerprint(auto, rows, base, use_bf16=False)
+    # the same resolved precision however it was asked for
+    assert _fingerprint(auto, rows, base, True) == _fingerprint(TrainConfig(precision="bf16"), rows, base, True)
+    assert _fingerprint(auto, rows, base, True) != _fingerprint(TrainConfig(lr=5e-4), rows, base, True)

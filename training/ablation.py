@@ -124,7 +124,9 @@ def run(
         got = _reused(Path(predictions), [r.id for r in rows]) if (name == "default" and predictions) else None
         reused = got is not None
         if got is None:
-            clar = Clarifier(adapter, base=base_dir, max_length=cfg.max_length, batch_size=cfg.batch_size)
+            clar = Clarifier(
+                adapter, base=base_dir, max_length=cfg.max_length, batch_size=cfg.batch_size, precision=cfg.precision
+            )
             decided = clar.decide(items)
             got = ([n for _, n in decided], [p for p, _ in decided])
             threshold = clar.threshold

@@ -258,10 +258,15 @@ def forward_tail(model: Any, prefix_ids: Any, input_ids: Any, attention_mask: An
 
 def answer_loss(model: Any, batch: dict[str, Any]) -> Any:
     """Weighted mean cross-entropy over the answer tokens of a `collate` batch (plain mean when all weights are 1)."""
+    keep = batch["labels"].shape[1]
+    return answer_ce(forward_tail(model, batch["prefix_ids"], batch["input_ids"], batch["attention_mask"], keep), batch)
+
+
+def answer_ce(logits: Any, batch: dict[str, Any]) -> Any:
+    """`answer_loss` on the logits of the batch's last `labels.shape[1]` positions."""
     import torch
 
     labels = batch["labels"]
-    logits = forward_tail(model, batch["prefix_ids"], batch["input_ids"], batch["attention_mask"], labels.shape[1])
     ce = torch.nn.functional.cross_entropy(
         logits[:, :-1].reshape(-1, logits.shape[-1]).float(),
         labels[:, 1:].reshape(-1),

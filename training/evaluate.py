@@ -38,6 +38,7 @@ from clariedge.io import save_figure, write_json, write_jsonl, write_text
 from clariedge.schema import Example
 from clariedge.training import metrics as M
 from clariedge.training.data import load_examples, stratified_sample
+from clariedge.training.infer import Precision
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,9 @@ class EvaluateConfig(StageConfig):
     max_generate: int | None = Field(None, ge=1, description="questions generated at most (flagged rows, by id)")
     embed_cache: str | None = "cache/embeddings.sqlite"
     threads: int | None = Field(None, ge=1)
+    precision: Precision = Field(
+        "auto", description="inference precision; auto: bf16 where the hardware has it natively, else fp32"
+    )
     baselines: BaselineSettings = BaselineSettings()
     llm_judge: JudgeSettings = JudgeSettings()
 
@@ -337,6 +341,7 @@ def run(
         max_length=cfg.max_length,
         batch_size=cfg.batch_size,
         max_new_tokens=cfg.max_new_tokens,
+        precision=cfg.precision,
     )
     pred = lm_predictions(clar, rows, generate=cfg.generate, max_generate=cfg.max_generate)
     systems["adapter"] = score(rows, pred["needs"], pred["questions"], embed_fn=embed_fn)
@@ -359,6 +364,7 @@ def run(
             max_length=max_length,
             batch_size=cfg.batch_size,
             max_new_tokens=cfg.max_new_tokens,
+            precision=cfg.precision,
         )
         variants = [("zero_shot", "")] if b.zero_shot else []
         if b.few_shot:

@@ -13,7 +13,7 @@ never raised.
 Inputs (predict):  MTRAG generation-task JSONL (`input` + `contexts`), the project's JSONL (read by
                    `clariedge.ingest`), or a split parquet of `Example` rows.
 Outputs (predict): JSONL lines `{"id", "clarification"}` (+ `raw` for unparseable answers), stats.
-Params:            the CLI options (batch_size, max_new_tokens, max_length, threshold).
+Params:            the CLI options (batch_size, max_new_tokens, max_length, threshold, precision).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 from clariedge.chat_format import CLEAR, parse_output
 from clariedge.training.data import (
@@ -41,6 +41,29 @@ log = logging.getLogger(__name__)
 Item = tuple[Sequence[Any], Sequence[Any] | None]  # (messages, documents)
 
 _VALUE = re.compile(r'"clarification"\s*:\s*"((?:[^"\\]|\\.)*)', re.DOTALL)
+
+
+Precision = Literal["auto", "fp32", "bf16"]  # auto: bf16 where the hardware has it natively, else fp32
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+
+
+def native_bf16(device: str | None = None) -> bool:
+    """Whether `device` (default: cuda when available, else cpu) computes in bf16 natively: a CUDA GPU that
+    supports it, or a CPU with AVX512-BF16 or AMX (oneDNN's bf16 kernels). Elsewhere bf16 is emulated
+    and slower than fp32."""
+    import torch
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda"):
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    return bool(torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported())
+
+
+def use_bf16_for(precision: str, native: bool | None = None) -> bool:
+    """`precision` (auto | fp32 | bf16) -> compute in bf16? auto: where the hardware has native bf16."""
+    if precision == "auto":
+        return native_bf16() if native is None else native
+    return precision == "bf16"
 
 
 def parse_answer(text: str | None) -> str | None:
@@ -130,10 +153,13 @@ class Clarifier:
         threshold: float | None = None,
         device: str | None = None,
         merge: bool = True,
+        precision: str = "auto",
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
         self.adapter_dir = Path(adapter_dir) if adapter_dir else None
         meta: dict[str, Any] = {}
         if self.adapter_dir is not None:
@@ -147,18 +173,20 @@ class Clarifier:
         else:
             raise ValueError("Clarifier needs an adapter folder or a base model")
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        dtype = torch.bfloat16 if self.device.startswith("cuda") and torch.cuda.is_bf16_supported() else torch.float32
+        # bf16 where the hardware has it (auto): the same decisions on the test split here, 1.2x faster
+        # classification and 1.6x faster generation on an AVX512-BF16 CPU (docs/training.md)
+        dtype = torch.bfloat16 if use_bf16_for(precision, native_bf16(self.device)) else torch.float32
         self.tok = AutoTokenizer.from_pretrained(self.adapter_dir or base_path)
         if self.tok.pad_token is None:
             self.tok.pad_token = self.tok.eos_token
-        model = AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(base_path, dtype=torch.float32)
         if self.adapter_dir is not None:
             from peft import PeftModel
 
             model = PeftModel.from_pretrained(model, str(self.adapter_dir))
             if merge:
-                model = model.merge_and_unload()
-        self.model = model.to(self.device).eval()
+                model = model.merge_and_unload()  # merged in fp32, then cast
+        self.model = model.to(device=self.device, dtype=dtype).eval()
         self.model.config.use_cache = True
         self.max_length = max_length or int(meta.get("max_length", 512))
         self.max_new_tokens = max_new_tokens
@@ -322,6 +350,7 @@ def run_predict(
     max_length: int | None = None,
     documents: bool = True,
     threshold: float | None = None,
+    precision: str = "auto",
 ) -> dict[str, Any]:
     from clariedge.io import write_jsonl
 
@@ -333,6 +362,7 @@ def run_predict(
         max_new_tokens=max_new_tokens,
         max_length=max_length,
         threshold=threshold,
+        precision=precision,
     )
     preds, stats = predict(clarifier, rows)
     write_jsonl(out_path, preds)

@@ -31,7 +31,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from pydantic import Field, model_validator
@@ -40,7 +40,16 @@ from clariedge.chat_format import FORMAT_VERSION
 from clariedge.config import StageConfig
 from clariedge.io import write_json
 from clariedge.schema import CATEGORIES, Example
-from clariedge.training.data import Encoded, answer_loss, collate, encode_example, load_examples, stratified_sample
+from clariedge.training.data import (
+    Encoded,
+    answer_ce,
+    answer_loss,
+    encode_example,
+    load_examples,
+    stratified_sample,
+)
+from clariedge.training.frozen import FrozenBottom, collate_rows
+from clariedge.training.infer import Precision, use_bf16_for
 
 log = logging.getLogger(__name__)
 
@@ -95,12 +104,15 @@ class TrainConfig(StageConfig):
     max_length: int = Field(384, ge=32)
     max_rows: int | None = Field(None, ge=1, description="cap on training rows (stratified by category)")
     decision_weight: float = Field(1.0, ge=0, description="loss weight of the first answer token (CLEAR vs ask)")
+    frozen_cache: bool = Field(
+        True, description="run the adapter-free bottom layers once per row and reuse their output every epoch"
+    )
     calibrate: bool = Field(True, description="pick the decision threshold on the validation split after training")
     calibrate_rows: int | None = Field(None, ge=1, description="validation rows used for calibration (None: all)")
     drop_categories: list[str] = Field(default_factory=list)
     save_every: int = Field(25, ge=1, description="checkpoint every N optimizer steps")
     checkpoint_dir: str = "cache/train"
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    precision: Precision = "auto"
     threads: int | None = Field(None, ge=1, description="torch CPU threads (None: all cores)")
     log_every: int = Field(5, ge=1)
     variants: dict[str, VariantSettings] = Field(default_factory=lambda: {"default": VariantSettings()})
@@ -162,13 +174,19 @@ class _EpochSampler:
 
 
 class AnswerLossModel(torch.nn.Module):
-    """The LM with the answer-only loss as its forward, so DDP sees one forward per step."""
+    """The LM with the answer-only loss as its forward, so DDP sees one forward per step.
+
+    With `bottom` (a filled `FrozenBottom`), only the layers above the cached ones run.
+    """
 
     def __init__(self, lm: Any) -> None:
         super().__init__()
         self.lm = lm
+        self.bottom: FrozenBottom | None = None
 
     def forward(self, batch: dict[str, Any]) -> Any:
+        if self.bottom is not None:
+            return answer_ce(self.bottom.tail_logits(batch), batch)
         return answer_loss(self.lm, batch)
 
 
@@ -178,17 +196,60 @@ def peak_ram_mb() -> float:
     return round(peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024, 1)
 
 
-def _fingerprint(cfg: TrainConfig, rows: Sequence[Example], base_dir: Path) -> str:
+def _fingerprint(cfg: TrainConfig, rows: Sequence[Example], base_dir: Path, use_bf16: bool) -> str:
+    """What a checkpoint must match to be resumed: params, rows, base model and the precision used
+    (resolved: `auto` is bf16 on one machine and fp32 on another)."""
     blob = json.dumps(
         [
-            cfg.model_dump(exclude={"variants", "threads", "log_every", "checkpoint_dir"}),
+            cfg.model_dump(exclude={"variants", "threads", "log_every", "checkpoint_dir", "precision"}),
             [r.id for r in rows],
             str(base_dir),
+            "bf16" if use_bf16 else "fp32",
             FORMAT_VERSION,
         ],
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def frozen_bottom(
+    lm: Any,
+    start: int,
+    encoded: Sequence[Encoded],
+    pad_id: int,
+    batch_size: int,
+    check_batch: dict[str, Any],
+    *,
+    autocast: Any,
+    progress: bool,
+) -> tuple[FrozenBottom | None, dict[str, Any]]:
+    """Cache the bottom `start` layers' output for every row, then check on one batch (eval mode) that
+    the top-layer path gives the plain forward's loss; when it does not (an architecture
+    `frozen.run_layers` does not cover), warn and train with the plain forward."""
+    t0 = time.perf_counter()
+    bottom = FrozenBottom(lm, start)
+    bottom.fill(encoded, pad_id, batch_size, autocast=autocast, progress=progress)
+    dev = next(lm.parameters()).device
+    batch = {k: v.to(dev) for k, v in check_batch.items()}
+    lm.eval()
+    with torch.no_grad(), autocast():
+        plain = float(answer_loss(lm, batch))
+        cached = float(answer_ce(bottom.tail_logits(batch), batch))
+    lm.train()
+    info = {
+        "used": abs(plain - cached) <= 1e-2 * max(1.0, abs(plain)),
+        "layers": start,
+        "rows": len(encoded),
+        "mb": round(sum(s.numel() for s in bottom.states) * 4 / 2**20, 1),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "check_loss": {"plain": round(plain, 5), "cached": round(cached, 5)},
+    }
+    if not info["used"]:
+        log.warning(
+            "frozen_cache: the top-layer path gives loss %.5f against %.5f: using the plain forward", cached, plain
+        )
+        return None, info
+    return bottom, info
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,9 +282,7 @@ def train(
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     base_dir, out_dir = Path(base_dir), Path(out_dir)
-    use_bf16 = cfg.precision == "bf16" or (
-        cfg.precision == "auto" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    )
+    use_bf16 = use_bf16_for(cfg.precision)
     accelerator = Accelerator(gradient_accumulation_steps=cfg.grad_accum, mixed_precision="bf16" if use_bf16 else "no")
     is_main = accelerator.is_main_process
     log.info(
@@ -252,11 +311,8 @@ def train(
         trunc["dropped_documents_rows"] += e.info.dropped_documents > 0
 
     sampler = _EpochSampler(lengths, cfg.batch_size, seed)
-    loader = torch.utils.data.DataLoader(
-        encoded,
-        batch_sampler=sampler,
-        collate_fn=lambda b: collate(b, tok.pad_token_id, decision_weight=cfg.decision_weight),
-    )
+    collate_fn = collate_rows(encoded, tok.pad_token_id, cfg.decision_weight)
+    loader = torch.utils.data.DataLoader(range(len(encoded)), batch_sampler=sampler, collate_fn=collate_fn)
 
     # ---- model + LoRA -------------------------------------------------------------------------------
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
@@ -269,6 +325,7 @@ def train(
         layers_to_transform=cfg.lora.layers(model.config.num_hidden_layers),
         task_type="CAUSAL_LM",
     )
+    adapter_layers = cfg.lora.layers(model.config.num_hidden_layers)
     model = AnswerLossModel(get_peft_model(model, lcfg))
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     batches_per_epoch = len(sampler)
@@ -283,7 +340,7 @@ def train(
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
 
     # ---- resume from a checkpoint of the same run -------------------------------------------------------
-    fp = _fingerprint(cfg, rows, base_dir)
+    fp = _fingerprint(cfg, rows, base_dir, use_bf16)
     ckpt_dir = Path(cfg.checkpoint_dir) / variant
     ckpt_file = ckpt_dir / "state.pt"
     step, curve, tokens_seen, prior_wall = 0, [], 0, 0.0
@@ -319,10 +376,26 @@ def train(
         torch.save(state, tmp)
         os.replace(tmp, ckpt_file)
 
-    # ---- loop ----------------------------------------------------------------------------------------------
+    # ---- the frozen bottom layers, once per row (in the wall time) ---------------------------------------------
     model.train()
     start_step = step
     t0 = time.perf_counter()
+    start_layer = min(adapter_layers) if adapter_layers else 0
+    frozen: dict[str, Any] = {"used": False}
+    if cfg.frozen_cache and start_layer > 0:
+        unwrapped = accelerator.unwrap_model(model)
+        unwrapped.bottom, frozen = frozen_bottom(
+            unwrapped.lm,
+            start_layer,
+            encoded,
+            tok.pad_token_id,
+            cfg.batch_size,
+            collate_fn(next(iter(sampler))),
+            autocast=accelerator.autocast,
+            progress=progress and is_main,
+        )
+
+    # ---- loop ----------------------------------------------------------------------------------------------
     run_tokens = 0
     bar = tqdm(total=total_steps, initial=step, desc=f"train {variant}", disable=not (progress and is_main))
     epoch = step // steps_per_epoch
@@ -387,6 +460,7 @@ def train(
         "final_loss": round(sum(c["loss"] for c in curve[-5:]) / len(curve[-5:]), 5) if curve else None,
         "device": str(accelerator.device),
         "precision": "bf16" if use_bf16 else "fp32",
+        "frozen_cache": frozen,
         "loss_curve": curve,
     }
     if torch.cuda.is_available():
@@ -428,7 +502,13 @@ def _portable(base_dir: Path, out_dir: Path) -> str:
 
 
 def calibrate(
-    adapter_dir: str | Path, base_dir: str | Path, validation_path: str | Path, max_rows: int | None, *, seed: int
+    adapter_dir: str | Path,
+    base_dir: str | Path,
+    validation_path: str | Path,
+    max_rows: int | None,
+    *,
+    seed: int,
+    precision: str = "auto",
 ) -> dict[str, Any]:
     """Choose the decision threshold on P(CLEAR) that maximises validation accuracy; record it in the adapter."""
     from clariedge.training.infer import Clarifier
@@ -436,7 +516,7 @@ def calibrate(
 
     t0 = time.perf_counter()
     rows = stratified_sample(load_examples(validation_path), max_rows, random.Random(seed))
-    clar = Clarifier(adapter_dir, base=base_dir, threshold=0.5)
+    clar = Clarifier(adapter_dir, base=base_dir, threshold=0.5, precision=precision)
     probs = clar.p_clear([(r.messages, r.documents or None) for r in rows])
     gold = [r.needs_clarification for r in rows]
     threshold, acc = best_threshold(probs, gold)
@@ -475,7 +555,9 @@ def run(
     metrics = train(rows, base_dir, out_dir, vcfg, seed=seed, variant=variant, progress=progress)
     metrics["selection"] = sel
     if vcfg.calibrate and validation_path is not None:
-        metrics["calibration"] = calibrate(out_dir, base_dir, validation_path, vcfg.calibrate_rows, seed=seed)
+        metrics["calibration"] = calibrate(
+            out_dir, base_dir, validation_path, vcfg.calibrate_rows, seed=seed, precision=vcfg.precision
+        )
     if metrics_path:
         write_json(metrics_path, metrics)
     return metrics
