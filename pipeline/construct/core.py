@@ -1,0 +1,200 @@
+"""The construction's shared machinery: the per-run context, surface variation, the emitter that validates
+and counts every row, and the label-contradiction safety net."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from clariedge.construct.config import GENERATOR, METHODS, ConstructConfig
+from clariedge.construct.entities import Entity
+from clariedge.construct.text import Anchor, mentions_any, referent_terms, terms
+from clariedge.construct.wording import LEAD_INS
+from clariedge.io import Rejects, describe_validation_error
+from clariedge.schema import Document, Example, Message, Provenance, SeedTurn, Setting
+
+
+@dataclass
+class _Ctx:
+    seeds: list[SeedTurn]
+    cfg: ConstructConfig
+    rng: random.Random
+    by_conv: dict[str, list[SeedTurn]]
+    groups: dict[str, dict[str, Entity]]  # entity key -> modifier(lower) -> entity (from titles)
+    docs_by_title: dict[str, list[Document]]
+    doc_hosts: list[SeedTurn] = field(default_factory=list)
+    rejects: Rejects = field(default_factory=Rejects)
+    counts: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
+
+
+TOPIC_SWITCHES = frozenset({"Different question: ", "Unrelated, but ", "Changing the subject, ", "Something else: "})
+# rows whose label rests on the dialog resolving the turn: an explicit topic switch would cut that link
+_DIALOG_RESOLVED = frozenset({"hn_dialog_resolves", "hn_generalized_in_dialog"})
+
+
+def _surface(text: str, ctx: _Ctx, switch_ok: bool = True) -> tuple[str, list[str]]:
+    """Surface variation of a turn, drawn alike for every category: lead-in, lower-casing, dropped '?'.
+
+    Topic-switch lead-ins ("Unrelated, but") go on every category except rows whose label says the
+    dialog resolves the turn."""
+    rng, cfg, tags = ctx.rng, ctx.cfg, []
+    if rng.random() < cfg.lead_in_prob:
+        i = rng.randrange(len(LEAD_INS))
+        if not switch_ok and LEAD_INS[i] in TOPIC_SWITCHES:
+            allowed = [j for j, lead in enumerate(LEAD_INS) if lead not in TOPIC_SWITCHES]
+            i = allowed[rng.randrange(len(allowed))]
+        first = text[:1]
+        rest = text if (text[:2].isupper() or text.startswith("I ")) else first.lower() + text[1:]
+        text, _ = LEAD_INS[i] + rest, tags.append(f"lead{i}")
+    if rng.random() < cfg.lowercase_prob:
+        text, _ = text[:1].lower() + text[1:], tags.append("lc")
+    if text.endswith("?") and rng.random() < cfg.drop_qmark_prob:
+        text, _ = text[:-1], tags.append("noq")
+    return text, tags
+
+
+def _docs(docs: Sequence[Document], ctx: _Ctx) -> list[Document]:
+    return list(docs[: ctx.cfg.max_documents])
+
+
+def _cut_dialog(messages: Sequence[Message], avoid: set[str], extra: Sequence[Entity] = ()) -> list[Message]:
+    """The dialog before the first message mentioning any `avoid` term or entity, ending on an assistant turn."""
+    cut = len(messages)
+    for i, m in enumerate(messages):
+        if (avoid and mentions_any(m.content, avoid)) or any(e.mentioned_in(m.content) for e in extra):
+            cut = i
+            break
+    while cut > 0 and messages[cut - 1].role == "user":
+        cut -= 1
+    return list(messages[:cut])
+
+
+def contradiction(ex: Example, seed: SeedTurn) -> str | None:
+    """Why a constructed row's context contradicts its label, or None (a safety net on the heuristics).
+
+    ambiguous_dialog: what the turn leaves out (the referent the rewrite adds, or the modifier the
+    precise question had) must occur in neither the dialog nor the documents; hard negatives (but those
+    resolved by documents) must find it in the dialog."""
+    prior = set().union(*(terms(m.content) for m in ex.messages[:-1])) if len(ex.messages) > 1 else set()
+    method = ex.provenance.method
+    if ex.category == "ambiguous_dialog":
+        hidden = referent_terms(seed) if method == "ad_cut_before_referent" else set()
+        hidden = hidden or terms(seed.rewrite or seed.last_turn) - terms(ex.last_turn)
+        docs = set().union(*(terms(d.title + " " + d.text) for d in ex.documents)) if ex.documents else set()
+        if not hidden:
+            return "nothing is missing from the turn"
+        if hidden & (prior | docs):
+            return f"the missing referent {sorted(hidden & (prior | docs))} is in the context"
+    elif (
+        ex.category == "hard_negative"
+        and method != "hn_documents_resolve"
+        and not (terms(ex.resolution or "") - terms(ex.last_turn)) & prior
+    ):
+        return "the dialog does not supply what the resolution adds"
+    return None
+
+
+class _Emitter:
+    """Builds, validates and counts rows for one seed."""
+
+    def __init__(self, ctx: _Ctx, seed: SeedTurn, out: list[Example]):
+        self.ctx, self.seed, self.out = ctx, seed, out
+
+    def emit(
+        self,
+        method: str,
+        setting: Setting,
+        history: Sequence[Message],
+        turn: str,
+        *,
+        documents: Sequence[Document] = (),
+        clarification: str | None = None,
+        interpretations: Sequence[str] = (),
+        resolution: str | None = None,
+        template: str = "",
+        surface: bool = True,
+    ) -> Example | None:
+        if setting not in self.ctx.cfg.settings:
+            return None
+        tags: list[str] = []
+        if surface:
+            turn, tags = _surface(turn, self.ctx, switch_ok=method not in _DIALOG_RESOLVED)
+        tmpl = ".".join(t for t in (template, *tags) if t) or "as_is"
+        category = METHODS[method]
+        try:
+            ex = Example(
+                conversation_id=self.seed.conversation_id,
+                domain=self.seed.domain,
+                setting=setting,
+                category=category,  # type: ignore[arg-type]
+                messages=[*history, Message(role="user", content=turn)],
+                documents=list(documents) if setting == "post_retrieval" else [],
+                needs_clarification=category in ("ambiguous_dialog", "ambiguous_documents"),
+                clarification=clarification,
+                interpretations=list(interpretations),
+                resolution=resolution,
+                provenance=Provenance(generator=GENERATOR, method=method, seed_id=self.seed.id, template=tmpl),
+            )
+        except ValidationError as err:
+            self.ctx.rejects.add("invalid_row", self.seed.id, f"{method}: {describe_validation_error(err)}")
+            return None
+        problem = contradiction(ex, self.seed)
+        if problem:
+            self.ctx.rejects.add("contradicts_label", self.seed.id, f"{method}: {problem}", ex.last_turn)
+            return None
+        self.out.append(ex)
+        self.ctx.counts[method] += 1
+        return ex
+
+    def both(self, method: str, history: Sequence[Message], turn: str, documents: Sequence[Document], **kw: Any) -> int:
+        """One row per setting (pre without documents; post only when there are documents)."""
+        n = 0
+        # the same drawn surface form in both settings keeps the pair comparable
+        state = self.ctx.rng.getstate()
+        for setting in ("pre_retrieval", "post_retrieval"):
+            if setting == "post_retrieval" and not documents:
+                continue
+            self.ctx.rng.setstate(state)
+            docs = documents if setting == "post_retrieval" else ()
+            if self.emit(method, setting, history, turn, documents=docs, **kw) is not None:  # type: ignore[arg-type]
+                n += 1
+        return n
+
+
+def _want(ctx: _Ctx, method: str) -> int:
+    return ctx.cfg.per_seed.get(method, 0)
+
+
+def _pick_host(
+    seed: SeedTurn,
+    avoid_terms: set[str],
+    anchor: Anchor | None,
+    hosts: list[SeedTurn],
+    ctx: _Ctx,
+    avoid: Sequence[Entity] = (),
+) -> SeedTurn | None:
+    """Another conversation's dialog (>= 2 messages) that mentions neither the referent nor the anchor noun."""
+    avoid_terms = set(avoid_terms)
+    if anchor is not None and anchor.kind == "noun":
+        avoid_terms |= terms(anchor.text)
+    other_domain = ctx.cfg.stitch_other_domain and (anchor is None or anchor.kind != "noun")
+    with_docs = ctx.doc_hosts
+    for k in range(ctx.cfg.stitch_tries):
+        # half the tries go to dialogs with passages, so that stitched rows also exist post-retrieval
+        pool = with_docs if with_docs and k % 2 == 0 else hosts
+        h = pool[ctx.rng.randrange(len(pool))]
+        if h.conversation_id == seed.conversation_id or len(h.messages) < 2:
+            continue
+        if other_domain and h.domain == seed.domain:
+            continue
+        prior = h.messages[:-1]
+        if any(mentions_any(m.content, avoid_terms) or any(e.mentioned_in(m.content) for e in avoid) for m in prior):
+            continue
+        return h
+    return None

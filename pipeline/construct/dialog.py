@@ -1,0 +1,63 @@
+"""Rows from a non-standalone turn (the human rewrite adds its referent): `hn_dialog_resolves` (in its full
+dialog), `ad_cut_before_referent` (dialog cut before the referent), `ad_stitched` (onto another conversation)."""
+
+from __future__ import annotations
+
+from clariedge.construct.core import _Ctx, _cut_dialog, _docs, _Emitter, _pick_host, _want
+from clariedge.construct.text import anchored_referent, find_anchor, mentions_any, referent_terms
+from clariedge.construct.wording import clarify_dialog
+from clariedge.schema import Document, SeedTurn
+
+
+def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
+    """hn_dialog_resolves / ad_cut_before_referent / ad_stitched from a non-standalone turn."""
+    ctx = em.ctx
+    if seed.is_standalone or not seed.rewrite:
+        return
+    anchored = anchored_referent(seed)
+    ref = referent_terms(seed)
+    anchor = find_anchor(seed.last_turn, seed.rewrite)
+    if not anchored:
+        ctx.skipped["dialog:referent_not_in_dialog"] += 1
+        return
+    if anchor is None:
+        ctx.skipped["dialog:no_anchor_in_turn"] += 1
+        return
+    history = seed.messages[:-1]
+    if _want(ctx, "hn_dialog_resolves"):
+        em.both(
+            "hn_dialog_resolves",
+            history,
+            seed.last_turn,
+            _docs(seed.documents, ctx),
+            resolution=seed.rewrite,
+            template=f"anchor.{anchor.kind}",
+        )
+    if _want(ctx, "ad_cut_before_referent"):
+        cut = _cut_dialog(history, ref)
+        docs = _referent_free_docs(seed, ref, len(cut), ctx)
+        clar, tmpl = clarify_dialog(anchor, ctx.rng)
+        em.both("ad_cut_before_referent", cut, seed.last_turn, docs, clarification=clar, template=tmpl)
+    if anchor.kind == "ellipsis":
+        return  # "what about bicycles?" after another topic is a new question, not a missing referent
+    for _ in range(_want(ctx, "ad_stitched")):
+        host = _pick_host(seed, ref, anchor, hosts, ctx)
+        if host is None:
+            ctx.skipped["ad_stitched:no_host"] += 1
+            break
+        clar, tmpl = clarify_dialog(anchor, ctx.rng)
+        docs = host.documents if not any(mentions_any(d.title + " " + d.text, ref) for d in host.documents) else []
+        em.both("ad_stitched", host.messages[:-1], seed.last_turn, _docs(docs, ctx), clarification=clar, template=tmpl)
+
+
+def _referent_free_docs(seed: SeedTurn, ref: set[str], cut_len: int, ctx: _Ctx) -> list[Document]:
+    """Documents of an earlier turn of the same conversation that do not mention the referent."""
+    earlier = [
+        s
+        for s in ctx.by_conv[seed.conversation_id]
+        if s.turn < seed.turn and s.documents and len(s.messages) <= cut_len + 1
+    ]
+    for s in reversed(earlier):
+        if not any(mentions_any(d.title + " " + d.text, ref) for d in s.documents):
+            return _docs(s.documents, ctx)
+    return []

@@ -1,0 +1,175 @@
+"""Loose questions (a precise question with its distinguishing modifier removed) and the entity-collision
+family: `hn_generalized_in_dialog`, `ad_generalized_unpinned`, `ad_stitched` (loose), `hn_documents_resolve`,
+`adoc_entity_collision`, `clear_specific_docs`."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from clariedge.construct.core import _Ctx, _cut_dialog, _docs, _Emitter, _pick_host, _want
+from clariedge.construct.entities import Entity, generalize, text_entities
+from clariedge.construct.text import _DETERMINERS, Anchor, _context, find_anchor, mentions_any, terms, words
+from clariedge.construct.wording import clarify_dialog, clarify_documents
+from clariedge.schema import Document, SeedTurn
+
+
+def sense_cues(question: str, family: Sequence[Entity], docs_by_title: dict[str, list[Document]]) -> set[str]:
+    """Terms of a loose question that only one entity of its family uses (in its documents or its name).
+
+    "How hot does the surface of Mercury get?" keeps "surface", which only the planet's passages use:
+    the question has lost its disambiguator but still says which Mercury it means, so it is no
+    ambiguous row (before retrieval or after)."""
+    names = set().union(*(terms(e.head) for e in family))
+    vocab = [
+        terms(" ".join([e.modifier, *(d.title + " " + d.text for d in docs_by_title.get(e.title, []))])) for e in family
+    ]
+    return {t for t in terms(question) - names if sum(t in v for v in vocab) == 1}
+
+
+def _seed_entities(seed: SeedTurn, ctx: _Ctx) -> list[tuple[Entity, str]]:
+    """Entities the seed's standalone question (the turn, or its rewrite) names precisely."""
+    question = seed.rewrite if seed.rewrite else seed.last_turn
+    if seed.rewrite is None and seed.turn > 1 and find_anchor(seed.last_turn, None) is not None:
+        return []
+    found: list[tuple[Entity, str]] = []
+    for _, group in sorted(ctx.groups.items()):
+        for _, e in sorted(group.items()):
+            if e.mentioned_in(question):
+                found.append((e, question))
+    for e in text_entities(question):
+        if all(e.key != f.key for f, _ in found):
+            found.append((e, question))
+    return found
+
+
+def _generalized_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
+    """Loose questions (modifier removed): hn in the naming dialog, ad unpinned/stitched, adoc, hn by docs."""
+    ctx = em.ctx
+    cands = _seed_entities(seed, ctx)
+    # title entities (with documents) first, then the text's own; a few per seed, drawn
+    titled = [c for c in cands if c[0].title]
+    plain = [c for c in cands if not c[0].title]
+    ctx.rng.shuffle(titled)
+    ctx.rng.shuffle(plain)
+    for entity, question in [*titled, *plain][: ctx.cfg.entities_per_seed]:
+        _generalized_entity_rows(em, seed, hosts, entity, question)
+
+
+def _generalized_entity_rows(
+    em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn], entity: Entity, question: str
+) -> None:
+    ctx = em.ctx
+    det = _DETERMINERS[ctx.rng.randrange(len(_DETERMINERS))]
+    loose = generalize(question, entity, det)
+    if loose is None or len(words(loose)) < 3:
+        ctx.skipped["generalize:failed"] += 1
+        return
+    group = ctx.groups.get(entity.key, {})
+    siblings = [e for k, e in sorted(group.items()) if k != entity.modifier.lower()]
+    family = [entity, *siblings]
+    history = seed.messages[:-1]
+    noun_anchor = Anchor("noun", entity.head, _context(loose, words(entity.head)[-1]))
+    gen = f"gen.{entity.kind}.{det}"
+    # a loose question whose other words still pick one entity of the family makes no ambiguous row
+    cued = bool(siblings and sense_cues(loose, family, ctx.docs_by_title))
+    if cued:
+        ctx.skipped["generalize:sense_cue"] += 1
+
+    # hard negative: the dialog named this entity and no sibling, so the loose question is resolved
+    named = [e for e in family if any(e.mentioned_in(m.content) for m in history)]
+    others = {t.modifier.lower() for m in history for t in text_entities(m.content) if t.key == entity.key}
+    if _want(ctx, "hn_generalized_in_dialog") and named == [entity] and others <= {entity.modifier.lower()}:
+        em.both(
+            "hn_generalized_in_dialog", history, loose, _docs(seed.documents, ctx), resolution=question, template=gen
+        )
+    # ambiguous in the dialog: nothing before the loose question names any entity of the family
+    hidden = set().union(*(e.modifier_terms() for e in family))
+    unpinned = _cut_dialog(history, hidden, family)
+    if _want(ctx, "ad_generalized_unpinned") and not cued:
+        if siblings and ctx.rng.random() < 0.4:
+            labels = [e.label for e in family[: ctx.cfg.max_interpretations]]
+            ctx.rng.shuffle(labels)
+            clar, tmpl = clarify_documents(labels, ctx.rng, retrieved=False)
+        else:
+            labels, (clar, tmpl) = [], clarify_dialog(noun_anchor, ctx.rng)
+        em.emit(
+            "ad_generalized_unpinned",
+            "pre_retrieval",
+            unpinned,
+            loose,
+            clarification=clar,
+            interpretations=labels,
+            template=f"{gen}.{tmpl}",
+        )
+    if _want(ctx, "ad_stitched") and not cued and ctx.rng.random() < 0.5:
+        host = _pick_host(seed, entity.modifier_terms(), noun_anchor, hosts, ctx, avoid=family)
+        if host is not None:
+            clar, tmpl = clarify_dialog(noun_anchor, ctx.rng)
+            docs = [d for d in host.documents if not mentions_any(d.title + " " + d.text, hidden)]
+            docs = docs if len(docs) == len(host.documents) else []
+            em.both(
+                "ad_stitched", host.messages[:-1], loose, _docs(docs, ctx), clarification=clar, template=f"{gen}.{tmpl}"
+            )
+    own_docs = [d for d in seed.documents if d.title == entity.title] if entity.title else []
+    mine = (own_docs or ctx.docs_by_title.get(entity.title, []))[:2] if entity.title else []
+    if not siblings or not mine:
+        return
+    # post-retrieval: one entity's documents resolve the loose question; several make it ambiguous.
+    # It follows the seed's own cut dialog, or another conversation's (a topic switch), so that the
+    # row's position in a dialog says nothing about its label
+    placed = unpinned
+    if ctx.rng.random() < ctx.cfg.switch_prob:
+        host = _pick_host(seed, hidden, Anchor("noun", entity.head), hosts, ctx, avoid=family)
+        placed = host.messages[:-1] if host is not None else unpinned
+    if _want(ctx, "hn_documents_resolve"):
+        em.emit(
+            "hn_documents_resolve",
+            "post_retrieval",
+            placed,
+            loose,
+            documents=_docs(mine, ctx),
+            resolution=question,
+            template=gen,
+        )
+    for i in range(max(_want(ctx, "adoc_entity_collision"), _want(ctx, "clear_specific_docs"))):
+        k = ctx.rng.randint(2, min(ctx.cfg.max_interpretations, len(family)))
+        chosen = [entity, *ctx.rng.sample(siblings, k - 1)]
+        per = max(1, ctx.cfg.max_documents // k)
+        docs: list[Document] = []
+        covered: list[Entity] = []
+        for e in chosen:
+            eds = (mine if e is entity else ctx.docs_by_title.get(e.title, []))[:per]
+            if eds:
+                docs.extend(eds)
+                covered.append(e)
+        if len(covered) < 2:
+            ctx.skipped["adoc:sibling_without_documents"] += 1
+            continue
+        ctx.rng.shuffle(docs)
+        labels = [e.label for e in covered]
+        ctx.rng.shuffle(labels)
+        shown: dict[str, list[Document]] = defaultdict(list)
+        for d in docs:
+            shown[d.title].append(d)
+        if i < _want(ctx, "adoc_entity_collision") and not cued and not sense_cues(loose, covered, shown):
+            clar, tmpl = clarify_documents(labels, ctx.rng)
+            em.emit(
+                "adoc_entity_collision",
+                "post_retrieval",
+                placed,
+                loose,
+                documents=docs,
+                clarification=clar,
+                interpretations=labels,
+                template=f"{gen}.{tmpl}",
+            )
+        if i < _want(ctx, "clear_specific_docs"):
+            em.emit(
+                "clear_specific_docs",
+                "post_retrieval",
+                placed,
+                question,
+                documents=docs,
+                template=f"specific.{entity.kind}",
+            )

@@ -1,0 +1,187 @@
+"""Words, content terms and anchors (what in a turn points outside it): the text layer of the construction."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal
+
+from clariedge.schema import SeedTurn
+
+
+def _wordset(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+_WORD = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)?")
+STOP = _wordset(
+    "a about above after again against all also am an and any are aren't as at be because been before being below "
+    "between both but by can can't could couldn't did didn't do does doesn't doing don't down during each few for "
+    "from further get gets got had hadn't has hasn't have haven't having he he'd he'll he's her here here's hers "
+    "herself him himself his how how's i i'd i'll i'm i've if in into is isn't it it's its itself let's me more "
+    "most mustn't my myself no nor not of off on once only or other ought our ours ourselves out over own same "
+    "shan't she she'd she'll she's should shouldn't so some such than that that's the their theirs them "
+    "themselves then there there's these they they'd they'll they're they've this those through to too under "
+    "until up very was wasn't we we'd we'll we're we've were weren't what what's when when's where where's which "
+    "while who who's whom why why's will with won't would wouldn't you you'd you'll you're you've your yours "
+    "yourself yourselves ok okay please tell know like can could would want need give provide explain describe "
+    "mean meant also just really thanks thank yes well much many way ways one ones still even though something "
+    "anything thing things kind sort lot lots get got make made use used using regarding regard related relation "
+    "respect context specific specifically particular case"
+)
+PRONOUNS: dict[str, str] = {
+    "it": "thing",
+    "its": "thing",
+    "this": "thing",
+    "that": "thing",
+    "here": "thing",
+    "one": "thing",
+    "he": "person",
+    "him": "person",
+    "his": "person",
+    "she": "person",
+    "her": "person",
+    "they": "group",
+    "them": "group",
+    "their": "group",
+    "these": "group",
+    "those": "group",
+    "there": "place",
+}
+_ELLIPSIS_START = re.compile(r"^\s*(what about|how about|and|also|same|any|but|so|or|what if)\b", re.I)
+_DETERMINERS = ("the", "this", "that")
+_POSSESSIVES = frozenset(
+    ["a", "an", "my", "your", "our", "their", "his", "her", "its", "any", "every", "each", "some", "no"]
+)
+_NOT_NOUNS = frozenset(
+    [
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "mean",
+        "means",
+        "meant",
+        "work",
+        "works",
+        "cost",
+        "costs",
+        "apply",
+        "applies",
+        "happen",
+        "happens",
+        "help",
+        "helps",
+        "calculated",
+        "required",
+        "needed",
+        "done",
+        "used",
+        "called",
+        "made",
+        "given",
+        "taken",
+    ]
+)
+
+
+def words(text: str) -> list[str]:
+    return [w.lower().replace("’", "'") for w in _WORD.findall(text)]
+
+
+def stem(word: str) -> str:
+    w = word.lower().replace("’", "'")
+    if w.endswith("'s"):
+        w = w[:-2]
+    if len(w) > 4 and w.endswith("ies"):
+        return w[:-3] + "y"
+    if len(w) > 4 and w.endswith(("ches", "shes", "sses", "xes")):
+        return w[:-2]
+    if len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")):
+        return w[:-1]
+    return w
+
+
+def terms(text: str) -> set[str]:
+    """Content terms: lower-cased, crudely singularised, stop words and short words removed."""
+    return {stem(w) for w in words(text) if w not in STOP and len(w) > 2}
+
+
+def mentions_any(text: str, needles: Iterable[str]) -> bool:
+    have = terms(text)
+    return any(n in have for n in needles)
+
+
+def referent_terms(seed: SeedTurn) -> set[str]:
+    """Terms the human rewrite adds to the turn: what the turn leans on the dialog for."""
+    if seed.rewrite is None or seed.is_standalone:
+        return set()
+    return terms(seed.rewrite) - terms(seed.last_turn)
+
+
+def anchored_referent(seed: SeedTurn) -> set[str]:
+    """The referent terms that the dialog before the turn supplies (the evidence it resolves the turn)."""
+    ref = referent_terms(seed)
+    prior = set().union(*(terms(m.content) for m in seed.messages[:-1])) if len(seed.messages) > 1 else set()
+    return ref & prior
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """What in a turn points outside it: a pronoun, a definite noun, or an elliptical fragment."""
+
+    kind: Literal["thing", "person", "group", "place", "noun", "ellipsis"]
+    text: str
+    context: str = ""  # the turn's own words around the anchor, for clarifications that quote them
+
+
+def _context(turn: str, word: str, span: int = 3) -> str:
+    """Up to `span` words either side of the first occurrence of `word` in `turn` (as typed)."""
+    clauses = [c for c in re.split(r"(?<=[.?!;])\s+", turn.strip()) if word in words(c)]
+    raw = (clauses[0] if clauses else turn).strip().rstrip("?.!").split()
+    low = [w.lower().strip(",.;:!?\"'") for w in raw]
+    if word not in low:
+        return _fragment(turn, 7)
+    i = low.index(word)
+    return " ".join(raw[max(0, i - span) : i + span + 1]).strip(",;: ")
+
+
+def find_anchor(turn: str, rewrite: str | None) -> Anchor | None:
+    toks = words(turn)
+    if not toks:
+        return None
+    rw = words(rewrite or "")
+    added = terms(rewrite or "") - terms(turn)
+    # a definite noun the rewrite specifies with a word it adds: "the plan" -> "the Lite plan"
+    for i, w in enumerate(toks[:-1]):
+        nxt = toks[i + 1]
+        if (
+            w in ("the", "this", "that", "these", "those")
+            and nxt not in STOP
+            and nxt not in _NOT_NOUNS
+            and len(nxt) > 2
+            and nxt.isalpha()
+            and not nxt.endswith(("ed", "ing", "ly"))
+        ):
+            noun = nxt
+            for j, r in enumerate(rw[1:], start=1):
+                if stem(r) == stem(noun) and stem(rw[j - 1]) in added:
+                    return Anchor("noun", noun, _context(turn, noun))
+    for w in toks:
+        if w in PRONOUNS:
+            if w == "that" and not re.search(r"\bthat\b\s*(\?|$|is|was|mean|one|work|apply|cost)", turn, re.I):
+                continue
+            if w == "one" and not re.search(r"\b(the|this|that|which|other) one\b", turn, re.I):
+                continue
+            return Anchor(PRONOUNS[w], w, _context(turn, w))  # type: ignore[arg-type]
+    if _ELLIPSIS_START.match(turn) or len(toks) <= 4:
+        return Anchor("ellipsis", _fragment(turn), _fragment(turn))
+    return None
+
+
+def _fragment(turn: str, limit: int = 8) -> str:
+    ws = turn.strip().rstrip("?.!").split()
+    return " ".join(ws[:limit]) + (" ..." if len(ws) > limit else "")

@@ -1,0 +1,182 @@
+"""Wording banks of clarifications and lead-ins (ids are recorded in `provenance.template`)."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Sequence
+
+from clariedge.construct.text import Anchor, stem
+
+CLARIFY: dict[str, list[str]] = {
+    "noun": [
+        "Which {noun} do you mean?",
+        "Which {noun} are you asking about?",
+        "Could you tell me which {noun} you have in mind?",
+        "I'm not sure which {noun} you're referring to. Can you name it?",
+        "Can you specify the {noun} you mean?",
+        "Sorry, which {noun} is this about?",
+        "Which particular {noun} should I look at?",
+        "Do you have a specific {noun} in mind? Which one?",
+        "Before I answer: which {noun} do you mean?",
+        "Which {noun} are you talking about here?",
+        "Just to be sure, which {noun} is your question about?",
+        "I don't see a {noun} mentioned yet. Can you say which one you mean?",
+        'You asked "{context}". Which {noun} do you mean there?',
+        'In "{context}", which {noun} do you mean?',
+        'When you say "{context}", which {noun} are you thinking of?',
+    ],
+    "thing": [
+        'What does "{anchor}" refer to here?',
+        'What are you referring to by "{anchor}"?',
+        'Could you tell me what "{anchor}" is?',
+        'Sorry, what is "{anchor}" in your question?',
+        'Can you clarify what you mean by "{anchor}"?',
+        "What exactly are you asking about?",
+        'I\'m not sure what "{anchor}" points to. What are you asking about?',
+        "It isn't clear from our conversation: which thing are you asking about?",
+        "What is the subject of your question?",
+        "Could you name what you're asking about?",
+        'In "{context}", what does "{anchor}" refer to?',
+        'When you ask "{context}", what do you mean by "{anchor}"?',
+        'You asked "{context}": what is "{anchor}" here?',
+        'I cannot tell from our conversation: what is "{anchor}" in "{context}"?',
+    ],
+    "person": [
+        'Who do you mean by "{anchor}"?',
+        "Who are you asking about?",
+        "Which person are you referring to?",
+        "Could you tell me who you mean?",
+        "Sorry, who are you talking about?",
+        "Who is this question about?",
+        'I\'m not sure who "{anchor}" is. Can you give me a name?',
+        'In "{context}", who is "{anchor}"?',
+        'When you ask "{context}", who do you mean?',
+        'Who does "{anchor}" refer to in "{context}"?',
+    ],
+    "group": [
+        'Who or what does "{anchor}" refer to?',
+        'Who do you mean by "{anchor}"?',
+        "Which ones are you asking about?",
+        'What are "{anchor}" in your question?',
+        'Could you say who or what you mean by "{anchor}"?',
+        "Which group or items are you asking about?",
+        "Who or what is your question about?",
+        'In "{context}", who or what are "{anchor}"?',
+        'When you ask "{context}", who do you mean by "{anchor}"?',
+        'Which ones do you mean in "{context}"?',
+    ],
+    "place": [
+        'Where do you mean by "{anchor}"?',
+        "Which place are you asking about?",
+        "Could you tell me where you mean?",
+        'What does "{anchor}" refer to? Which place or setting?',
+        "Where is this about?",
+        "Which location do you have in mind?",
+        'In "{context}", where is "{anchor}"?',
+        'When you ask "{context}", which place do you mean?',
+        'Where does "{anchor}" point to in "{context}"?',
+    ],
+    "ellipsis": [
+        "Could you give me more context? What are you asking about?",
+        'What would you like to know about "{fragment}"?',
+        "Can you say more about what you'd like to know?",
+        'I\'m missing some context. What does "{fragment}" relate to?',
+        'Which topic is "{fragment}" about?',
+        "I'm not sure what this refers to. Could you rephrase it as a full question?",
+        'What is your question regarding "{fragment}"?',
+        "Can you tell me what this is about?",
+    ],
+}
+CLARIFY_DOCS: dict[str, list[str]] = {
+    "two": [
+        "Do you mean {a} or {b}?",
+        "Are you asking about {a} or {b}?",
+        "Which one do you mean: {a} or {b}?",
+        "I found information on both {a} and {b}. Which one are you interested in?",
+        "Is your question about {a} or about {b}?",
+        "There are two matches, {a} and {b}. Which did you mean?",
+        "Could you clarify whether you mean {a} or {b}?",
+        "Do you want to know about {a}, or about {b}?",
+        "{A} or {b}: which one are you asking about?",
+    ],
+    "few": [
+        "Do you mean {or_list}?",
+        "Which of these do you mean: {list}?",
+        "Are you asking about {or_list}?",
+        "The documents mention {and_list}. Which one do you mean?",
+        "Could you tell me which one you mean: {or_list}?",
+        "I see several possibilities: {list}. Which one is it?",
+    ],
+    "many": [
+        "The documents cover several: {list}. Which one do you mean?",
+        "For example {list}: which one are you asking about?",
+        "Which one do you mean: {or_list}?",
+        "There are several possibilities ({list}). Which one do you mean?",
+        "I found a few possibilities ({list}). Which do you mean?",
+        "There are several matches: {list}. Which one should I answer about?",
+        "The passages mention {list}. Could you narrow it down?",
+    ],
+}
+LEAD_INS = [
+    "Okay, ",
+    "Thanks. ",
+    "One more thing: ",
+    "Also, ",
+    "Quick question: ",
+    "Hmm, ",
+    "Different question: ",
+    "By the way, ",
+    "And ",
+    "So ",
+    "Got it. ",
+    "Another thing, ",
+    "Ok so ",
+    "Right, ",
+    "Unrelated, but ",
+    "Changing the subject, ",
+    "Something else: ",
+]
+
+
+def _listing(labels: Sequence[str]) -> dict[str, str]:
+    body = ", ".join(labels[:-1])
+    return {
+        "list": ", ".join(labels),
+        "or_list": f"{body} or {labels[-1]}",
+        "and_list": f"{body} and {labels[-1]}",
+    }
+
+
+_SINGULAR_ONLY = re.compile(r"\ba (?:specific )?\{noun\}|name it|Which one|see one", re.I)
+
+
+def _plural(noun: str) -> bool:
+    return noun.lower().endswith("s") and stem(noun) != noun.lower()
+
+
+def clarify_dialog(anchor: Anchor, rng: random.Random) -> tuple[str, str]:
+    bank = CLARIFY[anchor.kind]
+    plural = anchor.kind == "noun" and _plural(anchor.text)
+    allowed = [i for i, t in enumerate(bank) if not (plural and _SINGULAR_ONLY.search(t))]
+    i = allowed[rng.randrange(len(allowed))]
+    text = bank[i].format(noun=anchor.text, anchor=anchor.text, fragment=anchor.text, context=anchor.context)
+    return _cap(text), f"clarify.{anchor.kind}.{i}"
+
+
+_MENTIONS_RETRIEVAL = re.compile(r"\b(documents?|passages?|found|matches|information on)\b", re.I)
+
+
+def clarify_documents(labels: Sequence[str], rng: random.Random, retrieved: bool = True) -> tuple[str, str]:
+    """A clarification naming the interpretations; without documents, one that does not cite any."""
+    size = "two" if len(labels) == 2 else "few" if len(labels) == 3 else "many"
+    bank = CLARIFY_DOCS[size]
+    allowed = [i for i, t in enumerate(bank) if retrieved or not _MENTIONS_RETRIEVAL.search(t)]
+    i = allowed[rng.randrange(len(allowed))]
+    a, b = labels[0], labels[1]
+    text = bank[i].format(a=a, b=b, A=_cap(a), **_listing(labels))
+    return _cap(text), f"clarify_docs.{size}.{i}"
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:] if text else text
