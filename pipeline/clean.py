@@ -5,7 +5,7 @@ Outputs: cleaned examples (parquet, `Example` rows with `label_quality` set on e
          `reports/label_issues.csv` (every flagged row: why, what was done, old and new id/label);
          `reports/label_issues.md` (summary, annotator quality, agreement, the worst rows);
          `reports/confusion.png` (given label vs out-of-sample predicted category); stats JSON;
-         the MiniLM embedding cache (`cache/embeddings.sqlite`).
+         the stage's MiniLM embedding cache (`--cache`, a DVC out with `persist: true`).
 Params:  `clean.label` (needs_clarification | category), `clean.policy` (drop | relabel | send_back),
          `clean.folds`, `clean.C`, `clean.pca_components`, `clean.calibration`, `clean.filter_by`,
          `clean.max_flag_fraction`, `clean.report_only_categories`, `clean.min_consensus_quality`,
@@ -802,6 +802,10 @@ def run(
     log.info(
         "clean: %d rows from %s; label=%s policy=%s folds=%d", len(rows), in_path, cfg.label, cfg.policy, cfg.folds
     )
+    if cache_path:  # this stage's own cache file, a DVC out (persist): present even when nothing is embedded
+        from clariedge.embed import ensure_cache
+
+        ensure_cache(cache_path)
     result = transform(rows, cfg, rng=random.Random(seed), cache_path=cache_path)
     if result.sent_back:
         result.stats["send_back_result"] = send_back(result.sent_back, review_cfg)

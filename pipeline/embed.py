@@ -59,14 +59,21 @@ def _key(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def embed(texts: Sequence[str], cache_path: str | Path | None = None, batch_size: int = 64) -> np.ndarray:
-    """L2-normalised embeddings, shape (len(texts), 384); cosine similarity is a dot product."""
-    if cache_path is None:
-        return _embed_uncached(texts, batch_size)
+def ensure_cache(cache_path: str | Path) -> Path:
+    """Create the embedding cache (an empty table) if it is not there. Each stage owns its cache file, a
+    DVC out with `persist: true`: the stage must leave it behind even when it embedded nothing."""
     cache_path = Path(cache_path)
     cache_path.parent.mkdir(parents=True, exist_ok=True)
     with sqlite3.connect(cache_path) as db:
         db.execute("CREATE TABLE IF NOT EXISTS emb (key TEXT PRIMARY KEY, vec BLOB)")
+    return cache_path
+
+
+def embed(texts: Sequence[str], cache_path: str | Path | None = None, batch_size: int = 64) -> np.ndarray:
+    """L2-normalised embeddings, shape (len(texts), 384); cosine similarity is a dot product."""
+    if cache_path is None:
+        return _embed_uncached(texts, batch_size)
+    with sqlite3.connect(ensure_cache(cache_path)) as db:
         keys = [_key(t) for t in texts]
         found: dict[str, np.ndarray] = {}
         uniq = sorted(set(keys))

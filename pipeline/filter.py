@@ -466,6 +466,10 @@ def run(
     missing = [name for name, f in Example.model_fields.items() if f.is_required() and name not in raw[0]]
     if missing:
         raise FilterError(f"{in_path}: missing column(s) {', '.join(missing)}: not a table of Example rows")
+    if cfg.dedup.cache:  # this stage's own cache file, a DVC out (persist): present even when nothing is embedded
+        from clariedge.embed import ensure_cache
+
+        ensure_cache(cfg.dedup.cache)
     kept, rejects, stats = transform(raw, cfg, rng=random.Random(seed), seed=seed, api_key=api_key)
     for r in rejects.rows:  # a row-level reject names the input file too
         if r["where"].startswith("row "):

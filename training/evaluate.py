@@ -329,6 +329,10 @@ def run(
     train_rows = load_examples(train_path)
     rows = stratified_sample(test_all, cfg.max_rows, random.Random(seed))
     log.info("evaluate: %d of %d test rows", len(rows), len(test_all))
+    if cfg.embed_cache:  # this stage's own cache file, a DVC out (persist): present even when nothing is embedded
+        from clariedge.embed import ensure_cache
+
+        ensure_cache(cfg.embed_cache)
     embed_fn = _embedder(cfg.embed_cache)
     systems: dict[str, dict[str, Any]] = {}
     timing: dict[str, Any] = {}
