@@ -13,14 +13,18 @@ from clariedge.construct import (
     METHODS,
     ConstructConfig,
     Entity,
+    SenseJudge,
+    broken_name,
     construct,
     contradiction,
     entity_of_title,
     find_anchor,
     generalize,
+    names_own_topic,
+    plain_label,
     referent_terms,
-    sense_cues,
     shallow_separability,
+    still_named,
     terms,
     text_entities,
 )
@@ -112,7 +116,10 @@ def check_labels(rows: list[Example], seeds: list[SeedTurn]) -> None:
             assert r.resolution and _norm(r.resolution) in standalone, where
             assert _norm(r.resolution) != _norm(r.last_turn), where
             hidden = terms(r.resolution) - terms(r.last_turn)
-            if prov.method == "hn_documents_resolve":
+            if prov.method == "hn_turn_resolves":
+                # the turn's own words pick one sense: judged by `checks.SenseJudge`, scored on the gold set
+                assert ".cue" in r.provenance.template, where
+            elif prov.method == "hn_documents_resolve":
                 entities = {entity_of_title(d.title) for d in r.documents}
                 assert len(entities) == 1 and None not in entities, where  # one reading only
                 (entity,) = entities
@@ -131,9 +138,13 @@ def check_labels(rows: list[Example], seeds: list[SeedTurn]) -> None:
         else:  # ambiguous_documents
             assert r.setting == "post_retrieval" and r.clarification, where
             assert len(r.interpretations) >= 2, where
-            labels = {e.label for e in (entity_of_title(d.title) for d in r.documents) if e}
+            titles = sorted({d.title for d in r.documents})
+            docs_by_title = {t: [d for d in r.documents if d.title == t] for t in titles}
+            labels = {e.label for e in map(entity_of_title, titles) if e}
             assert set(r.interpretations) <= labels, where  # every interpretation has its documents
-            assert all(i.lower() in r.clarification.lower() for i in r.interpretations), where  # and is named
+            named = {e.label: plain_label(e, docs_by_title) for e in map(entity_of_title, titles) if e}
+            assert all(named[i].lower() in r.clarification.lower() for i in r.interpretations), where  # and is named
+            assert not any(i in r.clarification for i in r.interpretations), where  # in plain words, not as a title
             for i in r.interpretations:  # the loose turn names none of them precisely
                 entity = next(e for e in map(entity_of_title, (d.title for d in r.documents)) if e and e.label == i)
                 assert not entity.mentioned_in(r.last_turn), where
@@ -246,35 +257,82 @@ def test_multi_word_disambiguators_and_names_inside_longer_names() -> None:
     assert [e.modifier for e in text_entities("Is the Lite plan free?")] == ["Lite"]
 
 
-def test_sense_cues_find_words_that_pick_one_entity() -> None:
-    planet, element = entity_of_title("Mercury (planet)"), entity_of_title("Mercury (element)")
-    assert planet is not None and element is not None
-    docs = {
-        "Mercury (planet)": [
-            Document(doc_id="p", title="Mercury (planet)", text="The planet's surface reaches 430 C.")
-        ],
-        "Mercury (element)": [
-            Document(doc_id="e", title="Mercury (element)", text="A liquid metal once used in thermometers.")
-        ],
-    }
-    family = [planet, element]
-    assert sense_cues("How hot does the surface of Mercury get?", family, docs) == {"surface"}
-    assert sense_cues("Is mercury still used in thermometers?", family, docs) == {"thermometer"}
-    assert sense_cues("Is the planet Mercury hot?", family, docs) == {"planet"}  # a disambiguator is a cue
-    assert sense_cues("Tell me about Mercury", family, docs) == set()
-    assert sense_cues("what is the mercury 430 metal", family, docs) == {"430", "metal"}
+MERCURY_DOCS = {
+    "Mercury (planet)": [
+        Document(
+            doc_id="p",
+            title="Mercury (planet)",
+            text="Mercury is the smallest planet and the closest to the Sun. Its surface swings between 430 C by "
+            "day and -180 C by night; craters cover the surface.",
+        )
+    ],
+    "Mercury (element)": [
+        Document(
+            doc_id="e",
+            title="Mercury (element)",
+            text="Mercury is a chemical element, a heavy liquid metal once used in thermometers and barometers.",
+        )
+    ],
+}
 
 
-def test_ambiguous_documents_rows_carry_no_sense_cue(sample_rows: list[Example]) -> None:
+def _judge(**kw: float) -> SenseJudge:
+    cfg = {"ask_max_margin": 0.1, "answer_min_margin": 0.15, "cue_min_margin": 0.03, **kw}
+    return SenseJudge(MERCURY_DOCS, **cfg)
+
+
+def test_sense_judge_reads_the_turns_other_words() -> None:
+    judge, senses, name = _judge(), list(MERCURY_DOCS), {"mercury"}
+    hot = judge.judge("How hot does the surface of Mercury get?", senses, name)
+    assert (hot.label, hot.sense) == ("answer", "Mercury (planet)") and "surface" in hot.cues
+    thermo = judge.judge("Is mercury still used in thermometers?", senses, name)
+    assert (thermo.label, thermo.sense) == ("answer", "Mercury (element)")
+    # nothing but the name and question words: open, however near one sense's passages happen to sit
+    assert judge.judge("Tell me about Mercury", senses, name).label == "ask"
+    assert judge.judge("what is mercury?", senses, name).label == "ask"
+    # a word of each sense: no verdict either way
+    assert judge.judge("is the liquid metal on the surface of mercury?", senses, name).label == "unclear"
+    # fewer than two senses with passages: nothing to judge
+    assert judge.judge("what is mercury?", ["Mercury (planet)", "Mercury (god)"], name).label == "unclear"
+
+
+def test_sense_judge_thresholds_come_from_the_config() -> None:
+    senses, name = list(MERCURY_DOCS), {"mercury"}
+    # a lexical cue stands only when the similarity agrees by the configured margin
+    assert _judge(cue_min_margin=2.0).judge("How hot does the surface of Mercury get?", senses, name).label == "unclear"
+
+
+def test_broken_and_still_named_references() -> None:
+    assert broken_name("Who founded the St. Cardinals?", "Cardinals")
+    assert broken_name("how does a 5/6 mortgage actually work", "mortgage")
+    assert broken_name("Who founded the Cardinals?", "Cardinals") is None
+    assert still_named("is the vault plan available in that region (ca-central-1)?", "region")
+    assert still_named("is the vault plan available in that region?", "region") is None
+
+
+def test_names_own_topic_finds_names_not_words() -> None:
+    topic = frozenset({"e-type", "jaguar", "xk120"})
+    assert names_own_topic("when did they bring out the e-type", topic, frozenset())
+    assert names_own_topic("when did they bring it out", topic, frozenset()) is None
+    assert names_own_topic("when did they bring out the e-type", topic, frozenset({"e-type"})) is None
+
+
+def test_ambiguous_documents_rows_prefer_no_sense(sample_rows: list[Example]) -> None:
     adoc = [r for r in sample_rows if r.category == "ambiguous_documents"]
     assert adoc
-    for r in adoc:
-        by_title: dict[str, list[Document]] = {}
+    docs_by_title: dict[str, list[Document]] = {}
+    for r in sample_rows:
         for d in r.documents:
-            by_title.setdefault(d.title, []).append(d)
-        family = [e for e in map(entity_of_title, sorted(by_title)) if e is not None]
+            docs_by_title.setdefault(d.title, []).append(d)
+    judge = SenseJudge(docs_by_title, **FAST.checks.model_dump(exclude={"topic_max_share"}))
+    for r in adoc:
+        titles = sorted({d.title for d in r.documents})
+        family = [e for e in map(entity_of_title, titles) if e is not None]
         assert len(family) >= 2, r.documents
-        assert sense_cues(r.last_turn, family, by_title) == set(), (r.last_turn, sorted(by_title))
+        verdict = judge.judge(r.last_turn, titles, terms(family[0].head))
+        assert verdict.label == "ask", (r.last_turn, titles, verdict)
+        # options in plain words, never a title with its parentheses
+        assert not any(t in (r.clarification or "") for t in titles), r.clarification
 
 
 def test_referent_and_anchor_from_rewrite() -> None:

@@ -39,12 +39,13 @@ Params:  `synthesize.construct.*` (see `ConstructConfig`); the rng comes from th
 from __future__ import annotations
 
 from clariedge.construct.build import construct
+from clariedge.construct.checks import SenseJudge, SenseVerdict, broken_name, names_own_topic, still_named
 from clariedge.construct.config import DEFAULT_PER_SEED, GENERATOR, METHODS, ConstructConfig
 from clariedge.construct.core import contradiction
 from clariedge.construct.entities import Entity, entity_of_title, generalize, text_entities
-from clariedge.construct.loose import sense_cues
 from clariedge.construct.stats import shallow_separability
 from clariedge.construct.text import Anchor, find_anchor, referent_terms, stem, terms, words
+from clariedge.construct.wording import plain_label
 
 __all__ = [
     "DEFAULT_PER_SEED",
@@ -58,8 +59,13 @@ __all__ = [
     "entity_of_title",
     "find_anchor",
     "generalize",
+    "plain_label",
     "referent_terms",
-    "sense_cues",
+    "SenseJudge",
+    "SenseVerdict",
+    "broken_name",
+    "names_own_topic",
+    "still_named",
     "shallow_separability",
     "stem",
     "terms",

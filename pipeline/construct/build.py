@@ -6,6 +6,7 @@ import random
 from collections import Counter, defaultdict
 from typing import Any
 
+from clariedge.construct.checks import EmbedFn, SenseJudge, topic_terms
 from clariedge.construct.clear import _clear_rows
 from clariedge.construct.config import ConstructConfig
 from clariedge.construct.core import _Ctx, _Emitter
@@ -19,15 +20,19 @@ from clariedge.schema import Example, SeedTurn
 
 
 def construct(
-    seeds: list[SeedTurn], cfg: ConstructConfig, *, rng: random.Random
+    seeds: list[SeedTurn], cfg: ConstructConfig, *, rng: random.Random, embed_fn: EmbedFn | None = None
 ) -> tuple[list[Example], Rejects, dict[str, Any]]:
-    """Build examples of all four categories from `seeds`; deterministic given `rng`'s state."""
+    """Build examples of all four categories from `seeds`; deterministic given `rng`'s state.
+
+    `embed_fn` embeds texts for the sense check (default: MiniLM, `clariedge.embed`)."""
     seeds = sorted(seeds, key=lambda s: (s.conversation_id, s.turn))
     by_conv: dict[str, list[SeedTurn]] = defaultdict(list)
     for s in seeds:
         by_conv[s.conversation_id].append(s)
     groups, docs_by_title = _build_entities(seeds)
     ctx = _Ctx(seeds=seeds, cfg=cfg, rng=rng, by_conv=by_conv, groups=groups, docs_by_title=docs_by_title)
+    ctx.judge = SenseJudge(docs_by_title, **cfg.checks.model_dump(exclude={"topic_max_share"}), embed_fn=embed_fn)
+    ctx.topic_terms, ctx.generic = _topics(by_conv, cfg.checks.topic_max_share)
     hosts = [s for s in seeds if len(s.messages) >= 2]
     ctx.doc_hosts = [s for s in hosts if s.documents]
     out: list[Example] = []
@@ -45,6 +50,18 @@ def construct(
     rows.sort(key=lambda e: (e.conversation_id, e.provenance.seed_id, e.category, e.setting, e.id))
     stats = _stats(rows, ctx, len(seeds), cfg)
     return rows, ctx.rejects, stats
+
+
+def _topics(by_conv: dict[str, list[SeedTurn]], max_share: float) -> tuple[dict[str, frozenset[str]], frozenset[str]]:
+    """Each conversation's terms (dialog + passages), and the terms too common across conversations to name a topic."""
+    topic = {}
+    for conv, turns in by_conv.items():
+        last = max(turns, key=lambda s: s.turn)
+        texts = [m.content for m in last.messages] + [d.title + " " + d.text for s in turns for d in s.documents]
+        topic[conv] = frozenset().union(*(topic_terms(t) for t in texts))
+    df = Counter(t for ts in topic.values() for t in ts)
+    limit = max(2, int(max_share * len(topic)))
+    return topic, frozenset(t for t, n in df.items() if n > limit)
 
 
 _LENGTH_BINS = (0, 4, 6, 8, 10, 12, 15, 19, 25, 10_000)

@@ -16,6 +16,7 @@ METHODS: dict[str, str] = {
     "hn_dialog_resolves": "hard_negative",
     "hn_generalized_in_dialog": "hard_negative",
     "hn_documents_resolve": "hard_negative",
+    "hn_turn_resolves": "hard_negative",
     "ad_cut_before_referent": "ambiguous_dialog",
     "ad_stitched": "ambiguous_dialog",
     "ad_generalized_unpinned": "ambiguous_dialog",
@@ -29,11 +30,29 @@ DEFAULT_PER_SEED: dict[str, int] = {
     "hn_dialog_resolves": 1,
     "hn_generalized_in_dialog": 1,
     "hn_documents_resolve": 1,
+    "hn_turn_resolves": 1,
     "ad_cut_before_referent": 1,
     "ad_stitched": 1,
     "ad_generalized_unpinned": 1,
     "adoc_entity_collision": 1,
 }
+
+
+class CheckConfig(StageConfig):
+    """Thresholds of the meaning checks (`checks.SenseJudge`), calibrated on tests/data/gold_labels.jsonl."""
+
+    ask_max_margin: float = Field(
+        0.1, ge=0.0, le=2.0, description="MiniLM margin between senses below which a cue-free turn is open"
+    )
+    answer_min_margin: float = Field(
+        0.15, ge=0.0, le=2.0, description="margin from which the nearest sense is the one meant"
+    )
+    cue_min_margin: float = Field(
+        0.03, ge=0.0, le=2.0, description="a lexical cue stands when its sense is also the nearest by this margin"
+    )
+    topic_max_share: float = Field(
+        0.1, ge=0.0, le=1.0, description="a term in more than this share of conversations is generic, not a topic name"
+    )
 
 
 class ConstructConfig(StageConfig):
@@ -49,8 +68,11 @@ class ConstructConfig(StageConfig):
     stitch_tries: int = Field(12, ge=1, description="host dialogs tried when stitching a turn elsewhere")
     stitch_other_domain: bool = Field(True, description="stitch pronoun turns only onto another domain's dialog")
     lead_in_prob: float = Field(0.12, ge=0.0, le=1.0, description="chance of a conversational lead-in, any category")
-    lowercase_prob: float = Field(0.15, ge=0.0, le=1.0, description="chance of lower-casing a turn, any category")
-    drop_qmark_prob: float = Field(0.1, ge=0.0, le=1.0, description="chance of dropping the final '?', any category")
+    lowercase_prob: float = Field(0.4, ge=0.0, le=1.0, description="chance of a lower-case first letter, any category")
+    all_lower_prob: float = Field(0.2, ge=0.0, le=1.0, description="chance of lower-casing a whole turn, any category")
+    drop_qmark_prob: float = Field(
+        0.3, ge=0.0, le=1.0, description="chance of no final '?', any category (else one is added)"
+    )
     max_turn_words: int = Field(80, ge=5, description="skip seed turns longer than this")
     switch_prob: float = Field(
         0.5, ge=0.0, le=1.0, description="chance a document-set row follows another conversation (topic switch)"
@@ -60,6 +82,7 @@ class ConstructConfig(StageConfig):
     length_match_slack: float = Field(
         1.5, ge=0.0, description="keep rate per length bin = min(1, slack * other share / clear share)"
     )
+    checks: CheckConfig = Field(default_factory=CheckConfig)
     separability: bool = Field(True, description="compute the shallow-separability report (sklearn)")
     separability_folds: int = Field(5, ge=2)
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from clariedge.construct.checks import SenseJudge
 from clariedge.construct.config import GENERATOR, METHODS, ConstructConfig
 from clariedge.construct.entities import Entity
 from clariedge.construct.text import Anchor, mentions_any, referent_terms, terms
@@ -31,6 +32,9 @@ class _Ctx:
     rejects: Rejects = field(default_factory=Rejects)
     counts: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
+    judge: SenseJudge | None = None  # the sense check over `docs_by_title` (set by `build.construct`)
+    topic_terms: dict[str, frozenset[str]] = field(default_factory=dict)  # conversation -> its terms
+    generic: frozenset[str] = frozenset()  # terms of many conversations: no topic's name
 
 
 TOPIC_SWITCHES = frozenset({"Different question: ", "Unrelated, but ", "Changing the subject, ", "Something else: "})
@@ -38,13 +42,16 @@ TOPIC_SWITCHES = frozenset({"Different question: ", "Unrelated, but ", "Changing
 _DIALOG_RESOLVED = frozenset({"hn_dialog_resolves", "hn_generalized_in_dialog"})
 
 
-def _surface(text: str, ctx: _Ctx, switch_ok: bool = True) -> tuple[str, list[str]]:
-    """Surface variation of a turn, drawn alike for every category: lead-in, lower-casing, dropped '?'.
+def _surface(text: str, ctx: _Ctx, switch_ok: bool = True, after_dialog: bool = True) -> tuple[str, list[str]]:
+    """Surface form of a turn, drawn alike for every category, whatever the source's own form: a lead-in (only
+    after a dialog), the first letter's case, the whole turn lower-cased, the final '?' kept or not.
 
-    Topic-switch lead-ins ("Unrelated, but") go on every category except rows whose label says the
-    dialog resolves the turn."""
+    Human rewrites are capitalised complete questions while typed follow-ups are lower-case fragments; drawing
+    case and end punctuation anew for every row keeps them from telling the label. Topic-switch lead-ins
+    ("Unrelated, but") go on every category except rows whose label says the dialog resolves the turn."""
     rng, cfg, tags = ctx.rng, ctx.cfg, []
-    if rng.random() < cfg.lead_in_prob:
+    text = text.strip()
+    if rng.random() < cfg.lead_in_prob and after_dialog:
         i = rng.randrange(len(LEAD_INS))
         if not switch_ok and LEAD_INS[i] in TOPIC_SWITCHES:
             allowed = [j for j, lead in enumerate(LEAD_INS) if lead not in TOPIC_SWITCHES]
@@ -52,10 +59,17 @@ def _surface(text: str, ctx: _Ctx, switch_ok: bool = True) -> tuple[str, list[st
         first = text[:1]
         rest = text if (text[:2].isupper() or text.startswith("I ")) else first.lower() + text[1:]
         text, _ = LEAD_INS[i] + rest, tags.append(f"lead{i}")
+    keep = text[:2].isupper() or text.startswith("I ")  # an acronym or "I" keeps its capital
     if rng.random() < cfg.lowercase_prob:
-        text, _ = text[:1].lower() + text[1:], tags.append("lc")
-    if text.endswith("?") and rng.random() < cfg.drop_qmark_prob:
-        text, _ = text[:-1], tags.append("noq")
+        text, _ = (text if keep else text[:1].lower() + text[1:]), tags.append("lc")
+    else:
+        text = text[:1].upper() + text[1:]
+    if rng.random() < cfg.all_lower_prob:
+        text, _ = text.lower(), tags.append("lower")
+    if rng.random() < cfg.drop_qmark_prob:
+        text, _ = text.rstrip("?"), tags.append("noq")
+    elif not text.endswith(("?", ".", "!")):
+        text += "?"
     return text, tags
 
 
@@ -80,7 +94,7 @@ def contradiction(ex: Example, seed: SeedTurn) -> str | None:
 
     ambiguous_dialog: what the turn leaves out (the referent the rewrite adds, or the modifier the
     precise question had) must occur in neither the dialog nor the documents; hard negatives (but those
-    resolved by documents) must find it in the dialog."""
+    resolved by documents or by the turn itself) must find it in the dialog."""
     prior = set().union(*(terms(m.content) for m in ex.messages[:-1])) if len(ex.messages) > 1 else set()
     method = ex.provenance.method
     if ex.category == "ambiguous_dialog":
@@ -93,7 +107,7 @@ def contradiction(ex: Example, seed: SeedTurn) -> str | None:
             return f"the missing referent {sorted(hidden & (prior | docs))} is in the context"
     elif (
         ex.category == "hard_negative"
-        and method != "hn_documents_resolve"
+        and method not in ("hn_documents_resolve", "hn_turn_resolves")
         and not (terms(ex.resolution or "") - terms(ex.last_turn)) & prior
     ):
         return "the dialog does not supply what the resolution adds"
@@ -124,7 +138,7 @@ class _Emitter:
             return None
         tags: list[str] = []
         if surface:
-            turn, tags = _surface(turn, self.ctx, switch_ok=method not in _DIALOG_RESOLVED)
+            turn, tags = _surface(turn, self.ctx, switch_ok=method not in _DIALOG_RESOLVED, after_dialog=bool(history))
         tmpl = ".".join(t for t in (template, *tags) if t) or "as_is"
         category = METHODS[method]
         try:

@@ -1,30 +1,18 @@
 """Loose questions (a precise question with its distinguishing modifier removed) and the entity-collision
 family: `hn_generalized_in_dialog`, `ad_generalized_unpinned`, `ad_stitched` (loose), `hn_documents_resolve`,
-`adoc_entity_collision`, `clear_specific_docs`."""
+`adoc_entity_collision`, `clear_specific_docs`, and `hn_turn_resolves` (the loose question's own words
+pick one sense: `checks.SenseJudge`)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 
+from clariedge.construct.checks import SenseVerdict, broken_name, still_named
 from clariedge.construct.core import _Ctx, _cut_dialog, _docs, _Emitter, _pick_host, _want
 from clariedge.construct.entities import Entity, generalize, text_entities
-from clariedge.construct.text import _DETERMINERS, Anchor, _context, find_anchor, mentions_any, terms, words
-from clariedge.construct.wording import clarify_dialog, clarify_documents
+from clariedge.construct.text import _DETERMINERS, Anchor, find_anchor, mentions_any, terms, words
+from clariedge.construct.wording import clarify_dialog, clarify_documents, display_head, plain_label
 from clariedge.schema import Document, SeedTurn
-
-
-def sense_cues(question: str, family: Sequence[Entity], docs_by_title: dict[str, list[Document]]) -> set[str]:
-    """Terms of a loose question that only one entity of its family uses (in its documents or its name).
-
-    "How hot does the surface of Mercury get?" keeps "surface", which only the planet's passages use:
-    the question has lost its disambiguator but still says which Mercury it means, so it is no
-    ambiguous row (before retrieval or after)."""
-    names = set().union(*(terms(e.head) for e in family))
-    vocab = [
-        terms(" ".join([e.modifier, *(d.title + " " + d.text for d in docs_by_title.get(e.title, []))])) for e in family
-    ]
-    return {t for t in terms(question) - names if sum(t in v for v in vocab) == 1}
 
 
 def _seed_entities(seed: SeedTurn, ctx: _Ctx) -> list[tuple[Entity, str]]:
@@ -60,21 +48,32 @@ def _generalized_entity_rows(
     em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn], entity: Entity, question: str
 ) -> None:
     ctx = em.ctx
-    det = _DETERMINERS[ctx.rng.randrange(len(_DETERMINERS))]
+    # a name keeps its article ("the Cardinals"); a demonstrative ("these Cardinals") would say it was named before
+    det = "the" if entity.kind == "paren" else _DETERMINERS[ctx.rng.randrange(len(_DETERMINERS))]
     loose = generalize(question, entity, det)
     if loose is None or len(words(loose)) < 3:
         ctx.skipped["generalize:failed"] += 1
+        return
+    problem = broken_name(loose, entity.head) or still_named(loose, entity.head)
+    if problem:
+        ctx.rejects.add("broken_or_named", seed.id, problem, loose)
         return
     group = ctx.groups.get(entity.key, {})
     siblings = [e for k, e in sorted(group.items()) if k != entity.modifier.lower()]
     family = [entity, *siblings]
     history = seed.messages[:-1]
-    noun_anchor = Anchor("noun", entity.head, _context(loose, words(entity.head)[-1]))
+    noun_anchor = Anchor("noun", display_head(entity, ctx.docs_by_title))
     gen = f"gen.{entity.kind}.{det}"
-    # a loose question whose other words still pick one entity of the family makes no ambiguous row
-    cued = bool(siblings and sense_cues(loose, family, ctx.docs_by_title))
-    if cued:
-        ctx.skipped["generalize:sense_cue"] += 1
+    # what the loose question's own words say about the senses of its name (None: no competing senses)
+    verdict = judge_senses(ctx, loose, family) if siblings else None
+    if verdict is not None and verdict.label == "unclear":
+        ctx.rejects.add(
+            "sense_unclear", seed.id, f"{verdict.reason} {list(verdict.cues)} margin={verdict.margin}", loose
+        )
+    if verdict is not None and verdict.label == "answer" and verdict.sense != entity.title:
+        ctx.rejects.add("sense_conflict", seed.id, f"the turn picks {verdict.sense}, not {entity.title}", loose)
+        return
+    ambiguous = verdict is None or verdict.label == "ask"
 
     # hard negative: the dialog named this entity and no sibling, so the loose question is resolved
     named = [e for e in family if any(e.mentioned_in(m.content) for m in history)]
@@ -86,11 +85,17 @@ def _generalized_entity_rows(
     # ambiguous in the dialog: nothing before the loose question names any entity of the family
     hidden = set().union(*(e.modifier_terms() for e in family))
     unpinned = _cut_dialog(history, hidden, family)
-    if _want(ctx, "ad_generalized_unpinned") and not cued:
+    if _want(ctx, "hn_turn_resolves") and verdict is not None and verdict.label == "answer":
+        # looks open (the name alone), but the turn's own words pick the sense: before retrieval and with
+        # documents about several senses alike, a reader answers
+        docs = _mixed_docs(ctx, entity, siblings, seed)[0]
+        em.both("hn_turn_resolves", unpinned, loose, docs, resolution=question, template=f"{gen}.cue")
+    if _want(ctx, "ad_generalized_unpinned") and ambiguous:
         if siblings and ctx.rng.random() < 0.4:
-            labels = [e.label for e in family[: ctx.cfg.max_interpretations]]
-            ctx.rng.shuffle(labels)
-            clar, tmpl = clarify_documents(labels, ctx.rng, retrieved=False)
+            shown = family[: ctx.cfg.max_interpretations]
+            ctx.rng.shuffle(shown)
+            labels = [e.label for e in shown]  # the titles' readings; the question names them in plain words
+            clar, tmpl = clarify_documents([plain_label(e, ctx.docs_by_title) for e in shown], ctx.rng, retrieved=False)
         else:
             labels, (clar, tmpl) = [], clarify_dialog(noun_anchor, ctx.rng)
         em.emit(
@@ -102,7 +107,7 @@ def _generalized_entity_rows(
             interpretations=labels,
             template=f"{gen}.{tmpl}",
         )
-    if _want(ctx, "ad_stitched") and not cued and ctx.rng.random() < 0.5:
+    if _want(ctx, "ad_stitched") and ambiguous and ctx.rng.random() < 0.5:
         host = _pick_host(seed, entity.modifier_terms(), noun_anchor, hosts, ctx, avoid=family)
         if host is not None:
             clar, tmpl = clarify_dialog(noun_anchor, ctx.rng)
@@ -133,27 +138,16 @@ def _generalized_entity_rows(
             template=gen,
         )
     for i in range(max(_want(ctx, "adoc_entity_collision"), _want(ctx, "clear_specific_docs"))):
-        k = ctx.rng.randint(2, min(ctx.cfg.max_interpretations, len(family)))
-        chosen = [entity, *ctx.rng.sample(siblings, k - 1)]
-        per = max(1, ctx.cfg.max_documents // k)
-        docs: list[Document] = []
-        covered: list[Entity] = []
-        for e in chosen:
-            eds = (mine if e is entity else ctx.docs_by_title.get(e.title, []))[:per]
-            if eds:
-                docs.extend(eds)
-                covered.append(e)
+        docs, covered = _mixed_docs(ctx, entity, siblings, seed)
         if len(covered) < 2:
             ctx.skipped["adoc:sibling_without_documents"] += 1
             continue
-        ctx.rng.shuffle(docs)
-        labels = [e.label for e in covered]
-        ctx.rng.shuffle(labels)
-        shown: dict[str, list[Document]] = defaultdict(list)
-        for d in docs:
-            shown[d.title].append(d)
-        if i < _want(ctx, "adoc_entity_collision") and not cued and not sense_cues(loose, covered, shown):
-            clar, tmpl = clarify_documents(labels, ctx.rng)
+        # the senses shown: the turn may prefer one of them even where the whole family left it open
+        shown = judge_senses(ctx, loose, covered) if ambiguous and verdict is not None else verdict
+        if i < _want(ctx, "adoc_entity_collision") and shown is not None and shown.label == "ask":
+            ctx.rng.shuffle(covered)
+            labels = [e.label for e in covered]
+            clar, tmpl = clarify_documents([plain_label(e, ctx.docs_by_title) for e in covered], ctx.rng)
             em.emit(
                 "adoc_entity_collision",
                 "post_retrieval",
@@ -173,3 +167,29 @@ def _generalized_entity_rows(
                 documents=docs,
                 template=f"specific.{entity.kind}",
             )
+
+
+def _mixed_docs(
+    ctx: _Ctx, entity: Entity, siblings: Sequence[Entity], seed: SeedTurn
+) -> tuple[list[Document], list[Entity]]:
+    """Passages about `entity` and 1..max_interpretations-1 drawn siblings (shuffled), and the entities covered."""
+    k = ctx.rng.randint(2, min(ctx.cfg.max_interpretations, len(siblings) + 1))
+    chosen = [entity, *ctx.rng.sample(list(siblings), k - 1)]
+    per = max(1, ctx.cfg.max_documents // k)
+    own = [d for d in seed.documents if d.title == entity.title] or ctx.docs_by_title.get(entity.title, [])
+    docs: list[Document] = []
+    covered: list[Entity] = []
+    for e in chosen:
+        eds = (own if e is entity else ctx.docs_by_title.get(e.title, []))[:per]
+        if eds:
+            docs.extend(eds)
+            covered.append(e)
+    ctx.rng.shuffle(docs)
+    return docs, covered
+
+
+def judge_senses(ctx: _Ctx, loose: str, family: Sequence[Entity]) -> SenseVerdict:
+    """The sense check on a loose question, over the titles of `family` (counted in the stats by verdict)."""
+    verdict = ctx.judge.judge(loose, [e.title for e in family], terms(family[0].head))
+    ctx.skipped[f"sense_check:{verdict.label}"] += 1
+    return verdict

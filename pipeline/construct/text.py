@@ -138,15 +138,29 @@ class Anchor:
     context: str = ""  # the turn's own words around the anchor, for clarifications that quote them
 
 
-def _context(turn: str, word: str, span: int = 3) -> str:
-    """Up to `span` words either side of the first occurrence of `word` in `turn` (as typed)."""
-    clauses = [c for c in re.split(r"(?<=[.?!;])\s+", turn.strip()) if word in words(c)]
-    raw = (clauses[0] if clauses else turn).strip().rstrip("?.!").split()
-    low = [w.lower().strip(",.;:!?\"'") for w in raw]
-    if word not in low:
-        return _fragment(turn, 7)
-    i = low.index(word)
-    return " ".join(raw[max(0, i - span) : i + span + 1]).strip(",;: ")
+def _context(turn: str, word: str = "", limit: int = 10) -> str:
+    """The whole turn (without its final punctuation) when it is short enough to quote, else "".
+
+    A clarification quotes the user's words only whole: a slice ("when did they bring out the") reads as a
+    truncated quote."""
+    text = turn.strip().rstrip("?.!").strip()
+    return text if 0 < len(text.split()) <= limit else ""
+
+
+_EXISTENTIAL_THERE = re.compile(
+    r"\b(?:there\s+(?:is|are|was|were|be|been|'s|will|would|should|could|might|must|seems?|has|have|had)\b"
+    r"|(?:is|are|was|were|will|would|could|should|can|does|do|has|have)\s+there\b)",
+    re.I,
+)
+_DUMMY_IT = re.compile(
+    r"\b(?:is|was|isn't|wasn't|would|will)\s+it\s+(?:true|possible|worth|ok|okay|better|worse|safe|legal|normal|"
+    r"necessary|required|too late|too early|a good idea|smart|wise|common|likely|hard|easy)\b"
+    r"|\bit(?:'s|\s+is)\s+\w+\s+to\b|\bhow long (?:does|will|would) it take\b",
+    re.I,
+)
+_DEICTIC_HERE = re.compile(
+    r"\b(?:this|next|last)\s+(?:year|month|week|time|morning|evening|spring|summer|fall|winter)\b|\b\w+ing here\b", re.I
+)
 
 
 def find_anchor(turn: str, rewrite: str | None) -> Anchor | None:
@@ -176,6 +190,12 @@ def find_anchor(turn: str, rewrite: str | None) -> Anchor | None:
                 continue
             if w == "one" and not re.search(r"\b(the|this|that|which|other) one\b", turn, re.I):
                 continue
+            if w == "there" and _EXISTENTIAL_THERE.search(turn):
+                continue  # "is there a fee?" points nowhere
+            if w in ("it", "its") and _DUMMY_IT.search(turn) and sum(t in ("it", "its") for t in toks) == 1:
+                continue  # "is it true that ...", "is it worth ...": no referent
+            if w in ("here", "this") and _DEICTIC_HERE.search(turn):
+                continue  # "first time investing here", "this year": the speaker's own situation
             return Anchor(PRONOUNS[w], w, _context(turn, w))  # type: ignore[arg-type]
     if _ELLIPSIS_START.match(turn) or len(toks) <= 4:
         return Anchor("ellipsis", _fragment(turn), _fragment(turn))

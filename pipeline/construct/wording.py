@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+from clariedge.construct.entities import Entity
 from clariedge.construct.text import Anchor, stem
+from clariedge.schema import Document
 
 CLARIFY: dict[str, list[str]] = {
     "noun": [
@@ -158,7 +160,14 @@ def _plural(noun: str) -> bool:
 def clarify_dialog(anchor: Anchor, rng: random.Random) -> tuple[str, str]:
     bank = CLARIFY[anchor.kind]
     plural = anchor.kind == "noun" and _plural(anchor.text)
-    allowed = [i for i, t in enumerate(bank) if not (plural and _SINGULAR_ONLY.search(t))]
+    cut = anchor.text.endswith("...")  # a fragment of a longer turn: never quoted (it reads as a truncated quote)
+    allowed = [
+        i
+        for i, t in enumerate(bank)
+        if not (plural and _SINGULAR_ONLY.search(t))
+        and not (cut and "{fragment}" in t)
+        and not (not anchor.context and "{context}" in t)  # the whole turn is quoted, or nothing
+    ]
     i = allowed[rng.randrange(len(allowed))]
     text = bank[i].format(noun=anchor.text, anchor=anchor.text, fragment=anchor.text, context=anchor.context)
     return _cap(text), f"clarify.{anchor.kind}.{i}"
@@ -180,3 +189,53 @@ def clarify_documents(labels: Sequence[str], rng: random.Random, retrieved: bool
 
 def _cap(text: str) -> str:
     return text[:1].upper() + text[1:] if text else text
+
+
+def _is_common_noun(name: str, docs_by_title: Mapping[str, Sequence[Document]]) -> bool:
+    """Whether a title's name is a common noun ("Building permit", "Mortgage"): the passages write it in lower
+    case more often than capitalised inside a sentence ("Mercury", "Python" stay names)."""
+    if name.islower():
+        return True
+    text = " ".join(d.text for docs in docs_by_title.values() for d in docs)
+    low = name[:1].lower() + name[1:]
+    n_low = len(re.findall(rf"\b{re.escape(low)}\b", text))
+    n_cap = len(re.findall(rf"(?<![.?!:]\s)(?<!^)\b{re.escape(name[:1].upper() + name[1:])}\b", text))
+    return n_low > n_cap
+
+
+def display_head(entity: Entity, docs_by_title: Mapping[str, Sequence[Document]]) -> str:
+    """The shared name as running text writes it: "building permit", but "Mercury", "Cardinals"."""
+    if entity.kind == "paren" and _is_common_noun(entity.head, docs_by_title):
+        return entity.head[:1].lower() + entity.head[1:]
+    return entity.head
+
+
+def plain_label(entity: Entity, docs_by_title: Mapping[str, Sequence[Document]]) -> str:
+    """An interpretation named in plain words, never a title with its parentheses.
+
+    "Mercury (planet)" -> "the planet", "Mercury (mythology)" -> "Mercury in mythology",
+    "Cardinals (St. Louis, MLB)" -> "the St. Louis Cardinals (MLB)", "IRA (Roth)" -> "the Roth IRA",
+    "Object Storage (Archive plan)" -> "the Archive plan", "Mortgage (fixed-rate)" -> "the fixed-rate mortgage",
+    "Form 1099 (DIV)" -> "Form 1099-DIV"; suffix entities keep their label ("the Penobscot River")."""
+    if entity.kind != "paren":
+        return entity.label
+    head, dis = entity.head, entity.modifier
+    first, _, rest = (p.strip() for p in dis.partition(","))
+    if rest:
+        return f"the {first} {head} ({rest})"
+    if head.split()[-1][:1].isdigit():
+        return f"{head}-{dis}"
+    common = _is_common_noun(head, docs_by_title)
+    shown = head[:1].lower() + head[1:] if common else head
+    if dis.endswith("ology"):
+        return f"{shown} in {dis}"
+    if re.fullmatch(r"[A-Za-z]{0,3}\d[\w.]*", dis):
+        return f"{shown} {dis}"  # a version or code: "nimbus CLI v2"
+    class_noun = any(w[:1].islower() for w in dis.split()) and (not common or (" " not in head and "-" not in dis))
+    if class_noun:
+        return f"the {dis}"  # a class noun for a proper name: "the planet", "the U.S. state", "the car maker"
+    if dis.split()[-1].lower() in ("plan", "tier", "version", "edition") or stem(dis.split()[-1]) == stem(
+        head.split()[-1]
+    ):
+        return f"the {dis}"
+    return f"the {dis} {shown}"
