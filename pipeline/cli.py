@@ -482,6 +482,7 @@ def predict(
     precision: Annotated[
         str, typer.Option(help="auto (bf16 where the hardware has it natively) | fp32 | bf16")
     ] = "auto",
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="progress bar")] = True,
 ) -> None:
     """Ask the adapter whether each dialog's last turn needs a clarifying question (greedy, batched)."""
     from clariedge.training import infer
@@ -498,10 +499,12 @@ def predict(
             documents=documents,
             threshold=threshold,
             precision=precision,
+            progress=progress,
         )
     except (FileNotFoundError, ValueError) as err:
         fail(str(err))
     typer.echo(" ".join(f"{k}={v}" for k, v in stats.items()))
+    typer.echo(f"{stats['rows']} rows in {stats['seconds']} s: {stats['rows_per_s']} rows/s")
     if stats.get("unparseable"):
         typer.secho(
             f"warning: {stats['unparseable']} answers could not be parsed (clarification null)",
@@ -574,6 +577,66 @@ def ablation(
     except (ConfigError, FileNotFoundError, ValueError) as err:
         fail(str(err))
     typer.echo(r["table"])
+
+
+@app.command()
+def benchmark(
+    train_split: Annotated[Path, typer.Option(help="train split parquet (the MiniLM classifier)")],
+    adapter: Annotated[Path, typer.Option(help="adapter folder")],
+    base: Annotated[Path, typer.Option(help="base model folder (the zero-shot baseline)")],
+    metrics: Annotated[Path, typer.Option(help="metrics JSON")],
+    predictions: Annotated[Path, typer.Option(help="per-row predictions JSONL")],
+    plot: Annotated[Path, typer.Option(help="balanced accuracy plot PNG")],
+    sets: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="NAME=PATH of a labelled MTRAG task JSONL; replaces params external.sets"),
+    ] = None,
+    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="progress bars")] = True,
+    params: ParamsOpt = Path("params.yaml"),
+) -> None:
+    """Score the adapter and the baselines on real, human-labelled sets (params external.sets; absent ones skipped)."""
+    from clariedge.training import benchmark as stage
+    from clariedge.training.evaluate import EvaluateConfig
+
+    try:
+        cfg = load_stage_config(params, "external", stage.ExternalConfig)
+        ecfg = load_stage_config(params, "evaluate", EvaluateConfig)
+        chosen: dict[str, str] = dict(cfg.sets)
+        if sets:
+            bad = [s for s in sets if "=" not in s or not s.split("=", 1)[0] or not s.split("=", 1)[1]]
+            if bad:
+                raise ConfigError(f"--set {bad[0]!r}: expected NAME=PATH")
+            chosen = dict(s.split("=", 1) for s in sets)
+        r = stage.run(
+            chosen,
+            train_split,
+            adapter,
+            base,
+            metrics,
+            predictions,
+            plot,
+            cfg,
+            seed=load_seed(params),
+            max_length=ecfg.max_length,
+            batch_size=ecfg.batch_size,
+            max_new_tokens=ecfg.max_new_tokens,
+            precision=ecfg.precision,
+            threads=ecfg.threads,
+            progress=progress,
+        )
+    except (ConfigError, FileNotFoundError, ValueError) as err:
+        fail(str(err))
+    for name, s in r["sets"].items():
+        if s["status"] != "scored":
+            typer.echo(f"{name}: {s['status']} ({s.get('reason') or str(s.get('rejected', 0)) + ' rejected'})")
+        for system, m in s["systems"].items():
+            ci = m["ci95"] or [float("nan")] * 2
+            auc = f"{m['roc_auc']:.3f}" if m["roc_auc"] is not None else "-"
+            typer.echo(
+                f"{name:>14} {system:>12}: balanced accuracy {m['balanced_accuracy']:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]"
+                f"  recall(ask) {m['recall_ask'] if m['recall_ask'] is not None else '-'}"
+                f"  asks on answerable {m['ask_rate_answerable']}  AUC {auc}  n={m['n']} ({m['positives']} ask)"
+            )
 
 
 def run() -> None:  # pragma: no cover - console entry point

@@ -67,6 +67,31 @@ def test_read_inputs_reports_bad_lines(tmp_path: Path) -> None:
     assert [r["id"] for r in rows] == ["x::1"] and rejects.counts() == {"dropped_malformed_json": 1}
 
 
+def test_predict_in_chunks_keeps_order_shows_progress_and_rows_per_s(capsys: pytest.CaptureFixture[str]) -> None:
+    from clariedge.training.infer import predict
+
+    class Stub:  # check_batch's contract without a model: CLEAR for turns that say "clear"
+        batch_size = 2
+        unparseable = 0
+        calls: list[int] = []
+
+        def check_batch(self, items):
+            self.calls.append(len(items))
+            return [{"clarification": "CLEAR" if "clear" in m[-1]["content"] else "Which one?"} for m, _ in items]
+
+    rows = [
+        {"id": f"r{i}", "messages": [{"role": "user", "content": "clear" if i % 3 else "it?"}], "documents": []}
+        for i in range(37)
+    ]
+    stub = Stub()
+    preds, stats = predict(stub, rows, progress=True)
+    assert [p["id"] for p in preds] == [r["id"] for r in rows]
+    assert [p["clarification"] == "CLEAR" for p in preds] == [bool(i % 3) for i in range(37)]
+    assert stub.calls == [16, 16, 5]  # chunks of 8 batches
+    assert stats["rows"] == 37 and stats["clarify"] == 13 and stats["rows_per_s"] > 0
+    assert "37/37" in capsys.readouterr().err  # the progress bar
+
+
 @pytest.mark.slow
 def test_predict_cli_end_to_end(base_model_dir: Path, tmp_path: Path) -> None:
     from clariedge.schema import Example, Message, Provenance
@@ -146,7 +171,7 @@ def test_predict_cli_end_to_end(base_model_dir: Path, tmp_path: Path) -> None:
     assert [p["id"] for p in preds] == ["t::1", "t::2"]
     for p in preds:  # a question, CLEAR, or null with the raw text (counted, never a crash)
         assert isinstance(p["clarification"], str) or (p["clarification"] is None and "raw" in p)
-    assert "rows=2" in res.output and "unparseable=" in res.output
+    assert "rows=2" in res.output and "unparseable=" in res.output and "rows/s" in res.output
 
     bad = CliRunner().invoke(
         app, ["predict", "--adapter", str(adapter), "--input", str(tasks), "--output", str(out), "--precision", "fp16"]

@@ -323,18 +323,32 @@ def read_inputs(paths: Sequence[str | Path], *, documents: bool = True) -> tuple
     return rows, rejects
 
 
-def predict(clarifier: Clarifier, rows: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Predictions `{id, clarification}` (input order) and stats (counts, unparseable, seconds)."""
+def predict(
+    clarifier: Clarifier, rows: Sequence[dict[str, Any]], *, progress: bool = False
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Predictions `{id, clarification}` (input order) and stats (counts, unparseable, seconds, rows/s).
+
+    Rows go to the model in chunks of 8 batches, so a progress bar moves while long files run."""
+    from tqdm.auto import tqdm
+
     t0 = time.perf_counter()
     before = clarifier.unparseable
-    results = clarifier.check_batch([(r["messages"], r["documents"] or None) for r in rows])
+    items = [(r["messages"], r["documents"] or None) for r in rows]
+    chunk = max(1, clarifier.batch_size * 8)
+    results: list[dict[str, Any]] = []
+    with tqdm(total=len(items), desc="predict", unit="row", disable=not progress) as bar:
+        for i in range(0, len(items), chunk):
+            results.extend(clarifier.check_batch(items[i : i + chunk]))
+            bar.update(len(items[i : i + chunk]))
     preds = [{"id": r["id"], **res} for r, res in zip(rows, results, strict=True)]
+    wall = time.perf_counter() - t0
     stats = {
         "rows": len(rows),
         "clear": sum(p["clarification"] == CLEAR for p in preds),
         "clarify": sum(p["clarification"] not in (CLEAR, None) for p in preds),
         "unparseable": clarifier.unparseable - before,
-        "seconds": round(time.perf_counter() - t0, 1),
+        "seconds": round(wall, 1),
+        "rows_per_s": round(len(rows) / wall, 2) if wall > 0 else None,
     }
     return preds, stats
 
@@ -351,6 +365,7 @@ def run_predict(
     documents: bool = True,
     threshold: float | None = None,
     precision: str = "auto",
+    progress: bool = False,
 ) -> dict[str, Any]:
     from clariedge.io import write_jsonl
 
@@ -364,7 +379,7 @@ def run_predict(
         threshold=threshold,
         precision=precision,
     )
-    preds, stats = predict(clarifier, rows)
+    preds, stats = predict(clarifier, rows, progress=progress)
     write_jsonl(out_path, preds)
     stats.update(rejects.counts())
     return stats
