@@ -651,26 +651,39 @@ def export_dataset(cfg: ReviewConfig, path: str | Path, *, dataset: str | None =
     return path
 
 
-def send_back(examples: Sequence[Example], label_quality: dict[str, float], cfg: ReviewConfig) -> dict[str, Any]:
-    """Send records flagged by cleaning back for a second look, worst first.
-
-    `examples`: the flagged examples; `label_quality`: example id -> score in [0, 1] (low = suspect; ids
-    missing here fall back to `Example.label_quality`); `cfg`: the review config, with `api_url`/`api_key`
-    filled (the CLI does it from ARGILLA_API_URL / ARGILLA_API_KEY). The records go to the recheck
-    dataset (`clariedge-review-recheck-v1`, same settings) in ascending label quality, with the score as
-    `label_quality` metadata, so annotators meet the worst first and can sort or filter by it. Idempotent
-    (ids = example ids). With `review.mode` other than argilla nothing is sent and the stats say so.
-    Returns push stats: records, created, updated, skipped_unchanged, refused, dataset.
-    """
-    if cfg.mode != "argilla":
-        return {"records": len(examples), "sent": 0, "skipped_reason": f"review.mode is {cfg.mode!r}"}
+def send_back_order(
+    examples: Sequence[Example], label_quality: dict[str, float], first: Iterable[str] = ()
+) -> tuple[list[Example], dict[str, float]]:
+    """The recheck queue: the examples whose ids are in `first` (e.g. the rows of a category cleaning warns
+    about), then the rest; each part in ascending label quality (ties by id). Returns (ordered, scores)."""
+    head = set(first)
 
     def score(ex: Example) -> float:
         value = label_quality.get(ex.id, ex.label_quality)
         return 1.0 if value is None else float(value)
 
-    ordered = sorted(examples, key=lambda ex: (score(ex), ex.id))
-    scores = {ex.id: score(ex) for ex in ordered}
+    ordered = sorted(examples, key=lambda ex: (ex.id not in head, score(ex), ex.id))
+    return ordered, {ex.id: score(ex) for ex in ordered}
+
+
+def send_back(
+    examples: Sequence[Example], label_quality: dict[str, float], cfg: ReviewConfig, *, first: Iterable[str] = ()
+) -> dict[str, Any]:
+    """Send records flagged by cleaning back for a second look, worst first.
+
+    `examples`: the flagged examples; `label_quality`: example id -> score in [0, 1] (low = suspect; ids
+    missing here fall back to `Example.label_quality`); `cfg`: the review config, with `api_url`/`api_key`
+    filled (the CLI does it from ARGILLA_API_URL / ARGILLA_API_KEY); `first`: ids that go ahead of the
+    rest (clean passes the rows of a category it warns about). The records go to the recheck dataset
+    (`clariedge-review-recheck-v1`, same settings) in that order (`send_back_order`: `first`, then the rest,
+    each in ascending label quality), with the score as `label_quality` metadata, so annotators meet the
+    worst first and can sort or filter by it. Records already on the server with unchanged content keep
+    their place. Idempotent (ids = example ids). With `review.mode` other than argilla nothing is sent
+    and the stats say so. Returns push stats: records, created, updated, skipped_unchanged, refused, dataset.
+    """
+    if cfg.mode != "argilla":
+        return {"records": len(examples), "sent": 0, "skipped_reason": f"review.mode is {cfg.mode!r}"}
+    ordered, scores = send_back_order(examples, label_quality, first)
     return push(ordered, cfg, dataset=cfg.recheck_dataset_name, label_quality=scores, progress=False)
 
 

@@ -3,12 +3,14 @@
 Inputs:  reviewed examples (parquet, `Example` rows, `data/reviewed.parquet`).
 Outputs: cleaned examples (parquet, `Example` rows with `label_quality` set on every row);
          `reports/label_issues.csv` (every flagged row: why, what was done, old and new id/label);
-         `reports/label_issues.md` (summary, annotator quality, agreement, the worst rows);
+         `reports/label_issues.md` (category warnings first, then summary, label quality by category,
+         annotator quality, agreement, the worst rows);
          `reports/confusion.png` (given label vs out-of-sample predicted category); stats JSON;
          the stage's MiniLM embedding cache (`--cache`, a DVC out with `persist: true`).
 Params:  `clean.label` (needs_clarification | category), `clean.policy` (drop | relabel | send_back),
          `clean.folds`, `clean.C`, `clean.pca_components`, `clean.calibration`, `clean.filter_by`,
-         `clean.max_flag_fraction`, `clean.report_only_categories`, `clean.min_consensus_quality`,
+         `clean.max_flag_fraction`, `clean.category_warning` (`max_ratio`, `min_rows`, `send_back_all`),
+         `clean.report_only_categories`, `clean.min_consensus_quality`,
          `clean.min_rows`, `clean.context_messages`, `clean.context_chars`, `clean.datalab`, `clean.report_top`,
          `clean.embed_batch_size`; the top-level `seed`.
 
@@ -30,6 +32,14 @@ How it works
   fragments) and whether the dialog resolves it is beyond a bag-of-embeddings classifier; on the
   sample its flags were almost all correct hard negatives ("how hot does it get there?" right after
   the planet Mercury). Annotator consensus (below) may still change or remove them.
+- The cap must not let a category whose labels are wrong as a whole through (an audit found one with
+  median label quality 0.33 vs 0.69 elsewhere, most of it under the cap): a category with at least
+  `category_warning.min_rows` rows whose median label quality is below `category_warning.max_ratio` x the
+  median of the other categories' rows is a warning: logged, in the stats (`category_warnings`), at the
+  top of the report, and in the dataset card (publish reads the stats). With `policy: send_back` its rows
+  lead the review queue, worst first, then the other flagged rows (`send_back_queue`; review's
+  `send_back` pushes in that order); with `send_back_all` every classifier-scored row of it goes back,
+  not only its capped flags (report-only categories are warned about, never sent back).
 - Several annotators (rows whose `annotations` hold >= 2 distinct annotators overall, status
   `submitted`): long-format labels are converted with `cleanlab.multiannotator.convert_long_to_wide_dataset`
   and scored by `get_label_quality_multiannotator` (CROWDLAB): consensus label, consensus quality
@@ -85,6 +95,18 @@ class DatalabConfig(StageConfig):
     outlier: bool = True
 
 
+class CategoryWarningConfig(StageConfig):
+    """params.yaml `clean.category_warning:` (a category whose labels look wrong as a whole)."""
+
+    max_ratio: float = Field(
+        ge=0.0, le=1.0, description="warn below this x the other rows' median label quality (0: never)"
+    )
+    min_rows: int = Field(ge=1, description="categories with fewer rows are never warned about")
+    send_back_all: bool = Field(
+        description="policy send_back: every row of a warned category goes back, not only its capped flags"
+    )
+
+
 class CleanConfig(StageConfig):
     """params.yaml `clean:`; see the module docstring."""
 
@@ -98,6 +120,7 @@ class CleanConfig(StageConfig):
         "prune_by_noise_rate"
     )
     max_flag_fraction: float = Field(0.15, ge=0.0, le=1.0)
+    category_warning: CategoryWarningConfig
     report_only_categories: list[Category] = Field(
         default_factory=lambda: ["hard_negative"],
         description="categories whose classifier-only flags are reported but never acted on",
@@ -339,6 +362,53 @@ def single_source_issues(labels: np.ndarray, probs: np.ndarray, cfg: CleanConfig
 
 
 # ---------------------------------------------------------------------------------------------
+# Category warnings and the send-back queue
+# ---------------------------------------------------------------------------------------------
+def category_warnings(rows: list[Example], quality: np.ndarray, cfg: CategoryWarningConfig) -> list[dict[str, Any]]:
+    """Categories whose median label quality is below `cfg.max_ratio` x the median of every other
+    category's rows (pooled), among categories with at least `cfg.min_rows` rows; worst ratio first.
+
+    The per-category flag cap protects a rare category from a classifier that cannot tell it apart,
+    but it also lets a category whose labels are wrong as a whole through; this names such a category.
+    """
+    if cfg.max_ratio <= 0:
+        return []
+    cats = np.asarray([ex.category for ex in rows])
+    quality = np.asarray(quality, float)
+    out = []
+    for cat in sorted(set(cats.tolist())):
+        mine, others = quality[cats == cat], quality[cats != cat]
+        if len(mine) < cfg.min_rows or not len(others):
+            continue
+        med, others_med = float(np.median(mine)), float(np.median(others))
+        if others_med <= 0:
+            continue
+        ratio = med / others_med
+        if ratio < cfg.max_ratio:
+            out.append(
+                {
+                    "category": cat,
+                    "rows": int(len(mine)),
+                    "median_label_quality": round(med, 4),
+                    "others_median_label_quality": round(others_med, 4),
+                    "ratio": round(ratio, 4),
+                }
+            )
+    return sorted(out, key=lambda w: (w["ratio"], w["category"]))
+
+
+def send_back_queue(examples: list[Example], warned: set[str]) -> list[Example]:
+    """The order rows go back to review in: rows of a warned category first, then the other flagged rows;
+    each part worst label quality first (ties by id)."""
+
+    def key(ex: Example) -> tuple[bool, float, str]:
+        lq = ex.label_quality if ex.label_quality is not None else 1.0
+        return (ex.category not in warned, lq, ex.id)
+
+    return sorted(examples, key=key)
+
+
+# ---------------------------------------------------------------------------------------------
 # Relabelling (see the module docstring for the rule)
 # ---------------------------------------------------------------------------------------------
 def _voters(ex: Example, new_label: int, cfg: CleanConfig) -> list[Any]:
@@ -408,7 +478,7 @@ def transform(
             len(rows),
             len(set(groups)),
         )
-        stats.update(rows_out=len(rows), flagged=0, skipped="too_few_rows")
+        stats.update(rows_out=len(rows), flagged=0, skipped="too_few_rows", category_warnings=[])
         return CleanResult(list(rows), [], [], {}, stats)
 
     t0 = time.perf_counter()
@@ -498,6 +568,40 @@ def transform(
         stats["annotated_rows"] = 0
         stats["annotators"] = 0
 
+    # a category whose labels look wrong as a whole: the per-category cap would let most of it through
+    warnings = category_warnings(rows, quality, cfg.category_warning)
+    stats["median_label_quality_by_category"] = {
+        cat: round(float(np.median([quality[i] for i, ex in enumerate(rows) if ex.category == cat])), 4)
+        for cat in sorted({ex.category for ex in rows})
+    }
+    stats["category_warnings"] = warnings
+    warned = {w["category"]: w for w in warnings}
+    for w in warnings:
+        log.warning(
+            "clean: category %s: median label quality %.3f is %.2f x the other categories' rows (%.3f) over %d rows; "
+            "its labels may be wrong as a whole (row-by-row flags, capped per category, catch few of them)",
+            w["category"],
+            w["median_label_quality"],
+            w["ratio"],
+            w["others_median_label_quality"],
+            w["rows"],
+        )
+    by_warning = 0
+    if cfg.policy == "send_back" and cfg.category_warning.send_back_all:
+        # every classifier-scored row of a warned category goes back for a person to check (report-only
+        # categories excepted: the classifier alone may not take them out of the dataset)
+        for i, ex in enumerate(rows):
+            w = warned.get(ex.category)
+            if w is None or source[i] != "single" or ex.category in cfg.report_only_categories:
+                continue
+            by_warning += not flagged[i]
+            flagged[i] = True
+            reasons[i].append(
+                f"category_warning: {ex.category} median label quality {w['median_label_quality']:.2f} is "
+                f"{w['ratio']:.2f} x the other rows' ({w['others_median_label_quality']:.2f})"
+            )
+    stats["flagged_by_category_warning"] = by_warning
+
     # extra signals from Datalab (reported, not acted on)
     extra = datalab_signals(features, labels, rows, cfg) if cfg.datalab.enabled else {}
     stats.update(extra.pop("_stats", {}))
@@ -505,6 +609,7 @@ def transform(
     out, issues, sent_back = apply_policy(
         rows, cfg, flagged, quality, target, labels, reasons, extra, source, agreement, num_ann, probs
     )
+    sent_back = send_back_queue(sent_back, set(warned))
     counts = Counter(r["action"] for r in issues)
     stats.update(
         flagged=int(flagged.sum()),
@@ -513,6 +618,7 @@ def transform(
         dropped_no_question=counts.get("drop_no_question", 0),
         relabeled=counts.get("relabel", 0),
         sent_back=counts.get("send_back", 0),
+        sent_back_first=sum(ex.category in warned for ex in sent_back),
         report_only=counts.get("report_only", 0),
         mean_label_quality=round(float(np.mean(quality)), 4),
         flagged_by_category=dict(sorted(Counter(rows[i].category for i in np.flatnonzero(flagged)).items())),
@@ -709,11 +815,65 @@ def plot_confusion(path: str | Path, confusion: dict[str, Any], note: str = "") 
     save_figure(fig, path)
 
 
+def render_category_warnings(result: CleanResult, cfg: CleanConfig) -> list[str]:
+    """The report's first section: categories whose labels look wrong as a whole (none: no lines)."""
+    s = result.stats
+    warnings = s.get("category_warnings") or []
+    if not warnings:
+        return []
+    lines = [
+        "## Category warnings",
+        "",
+        f"**{len(warnings)} categor{'y' if len(warnings) == 1 else 'ies'} with a median label quality below "
+        f"{cfg.category_warning.max_ratio} x the other categories' rows.** The labels of the whole category may be "
+        f"wrong: row-by-row flags catch few rows of a category that is wrong as a whole, and the per-category cap "
+        f"flags at most {cfg.max_flag_fraction:.0%} of it.",
+        "",
+        "| category | rows | median label quality | other rows' median | ratio |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for w in warnings:
+        lines.append(
+            f"| {w['category']} | {w['rows']} | {w['median_label_quality']:.3f} | "
+            f"{w['others_median_label_quality']:.3f} | {w['ratio']:.2f} |"
+        )
+    lines.append("")
+    warned = {w["category"] for w in warnings}
+    if cfg.policy == "send_back":
+        skipped = sorted(warned & set(cfg.report_only_categories))
+        lines.append(
+            f"Policy `send_back`: {s.get('sent_back_first', 0)} rows of the warned categories lead the review "
+            "queue (worst label quality first), ahead of the other flagged rows"
+            + (
+                "; every classifier-scored row of theirs is sent back (`category_warning.send_back_all`)"
+                if cfg.category_warning.send_back_all
+                else "; only their flagged rows are sent back (`category_warning.send_back_all: false`)"
+            )
+            + (f". Report-only categories are not sent back: {', '.join(skipped)}." if skipped else ".")
+        )
+    else:
+        lines.append(
+            f"Policy `{cfg.policy}` acts only on the capped flags: read a sample of these categories' rows, or run "
+            "with `policy: send_back` to have a person check them, worst first."
+        )
+    worst = sorted(
+        (r for r in result.issues if r["category"] in warned and r["flagged"]),
+        key=lambda r: (r["label_quality"], r["id"]),
+    )[: cfg.report_top]
+    if worst:
+        lines += ["", "| category | label quality | action | turn |", "| --- | --- | --- | --- |"]
+        for r in worst:
+            turn = r["last_turn"].replace("|", "\\|")
+            lines.append(f"| {r['category']} | {r['label_quality']:.3f} | {r['action']} | {turn} |")
+    lines.append("")
+    return lines
+
+
 def render_report(result: CleanResult, cfg: CleanConfig, top: int) -> str:
     s = result.stats
-    lines = [
-        "# Label issues",
-        "",
+    lines = ["# Label issues", ""]
+    lines += render_category_warnings(result, cfg)
+    lines += [
         f"Label checked: `{cfg.label}`; policy: `{cfg.policy}`. Rows in: {s['rows_in']}, rows out: {s['rows_out']}.",
         "",
     ]
@@ -727,7 +887,7 @@ def render_report(result: CleanResult, cfg: CleanConfig, top: int) -> str:
         f"| out-of-sample accuracy, {cfg.label} | {s['cv_accuracy']} |",
         f"| out-of-sample accuracy, category | {s['cv_accuracy_category']} |",
         f"| flagged | {s['flagged']} (per-category cap {cfg.max_flag_fraction:.0%}: {s['unflagged_by_cap']} more left "
-        "unflagged) |",
+        f"unflagged; {s.get('flagged_by_category_warning', 0)} more as their category is warned about) |",
         f"| dropped / relabelled / sent back / report only | {s['dropped']} / {s['relabeled']} / {s['sent_back']} / "
         f"{s['report_only']} |",
         f"| mean label quality | {s['mean_label_quality']} |",
@@ -739,6 +899,17 @@ def render_report(result: CleanResult, cfg: CleanConfig, top: int) -> str:
         if key in s:
             lines.append(f"| Datalab {key.replace('_', ' ')} (reported only) | {s[key]} |")
     lines += ["", "![confusion](confusion.png)", ""]
+    by_cat = s.get("median_label_quality_by_category", {})
+    if by_cat:
+        rows_by_cat = Counter(r["category"] for r in result.issues if r["flagged"])
+        lines += [
+            "## Label quality by category",
+            "",
+            "| category | median label quality | flagged |",
+            "| --- | --- | --- |",
+            *(f"| {c} | {m:.3f} | {rows_by_cat.get(c, 0)} |" for c, m in by_cat.items()),
+            "",
+        ]
     conf = result.confusion
     if conf:
         lines += [
@@ -808,7 +979,9 @@ def run(
         ensure_cache(cache_path)
     result = transform(rows, cfg, rng=random.Random(seed), cache_path=cache_path)
     if result.sent_back:
-        result.stats["send_back_result"] = send_back(result.sent_back, review_cfg)
+        warned = {w["category"] for w in result.stats["category_warnings"]}
+        first = [ex.id for ex in result.sent_back if ex.category in warned]
+        result.stats["send_back_result"] = send_back(result.sent_back, review_cfg, first=first)
     write_records(out_path, result.rows)
     write_issues_csv(issues_csv, result.issues)
     note = f"{len(rows)} rows in {len({ex.conversation_id for ex in rows})} conversations: too few to cross-validate"
@@ -826,15 +999,16 @@ def run(
     return result.stats
 
 
-def send_back(examples: list[Example], review_cfg: Any) -> Any:
-    """Hand flagged rows to the review stage (Argilla, worst label quality first) when it is available.
+def send_back(examples: list[Example], review_cfg: Any, *, first: list[str] | tuple[str, ...] = ()) -> Any:
+    """Hand flagged rows to the review stage (Argilla's recheck dataset) when it is available.
 
-    In review mode `none` the rows are only marked `pending` (already done by the policy) and listed
-    in the issues file.
+    `examples` come in queue order (`send_back_queue`): the rows whose ids are in `first` (those of a
+    warned category), then the others, each part worst label quality first. Review's `send_back` pushes
+    them in that same order (it is given `first` and the scores), so annotators meet them in it. In review
+    mode `none` the rows are only marked `pending` (already done by the policy) and listed in the issues file.
     """
     if review_cfg is None:
         return {"records": len(examples), "sent": 0, "skipped_reason": "no review config given"}
     from clariedge.annotation.review import send_back as review_send_back
 
-    worst_first = sorted(examples, key=lambda e: (e.label_quality if e.label_quality is not None else 1.0, e.id))
-    return review_send_back(worst_first, {e.id: e.label_quality for e in worst_first}, review_cfg)
+    return review_send_back(examples, {e.id: e.label_quality for e in examples}, review_cfg, first=first)

@@ -1,7 +1,8 @@
 """Stage `publish`: ClariEdge-style train/validation/test splits as a Hugging Face dataset, parquet and chat JSONL.
 
 Inputs:  cleaned examples (parquet, `Example` rows, `data/cleaned.parquet`); optionally the clean
-         stage's stats JSON (`metrics/clean.json`) for the card.
+         stage's stats JSON (`metrics/clean.json`) for the card (its counts, and its `category_warnings`
+         as a warning section near the top).
 Outputs: `data/clariedge/` (`DatasetDict.save_to_disk`: splits train/validation/test with typed
          features, and the dataset card `README.md` with the YAML header the Hub reads);
          `data/clariedge-parquet/{split}.parquet` (the same rows, byte-identical for the same inputs
@@ -302,6 +303,46 @@ def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
     return out
 
 
+def card_warnings(clean_stats: dict[str, Any] | None, published: Counter) -> list[str]:
+    """The card's warning section: categories the clean stage found with a median label quality far below
+    the rest (`category_warnings` in its stats); no lines when there are none."""
+    stats = clean_stats or {}
+    warnings = stats.get("category_warnings") or []
+    if not warnings:
+        return []
+    lines = [
+        "## Warning: label quality",
+        "",
+        "> **The labels of these categories may be wrong as a whole.** Label cleaning (cleanlab, out-of-sample) "
+        "found their median label quality far below the other categories' rows. Row-by-row cleaning catches few "
+        "rows of a category that is wrong as a whole (and flags at most a share of each category), so the rows "
+        "published under it may be mislabelled: check them before relying on them. Details in "
+        "`reports/label_issues.md`.",
+        "",
+    ]
+    lines += _table(
+        ["category", "rows scored", "rows published", "median label quality", "other rows' median", "ratio"],
+        [
+            [
+                f"`{w['category']}`",
+                w["rows"],
+                published.get(w["category"], 0),
+                f"{w['median_label_quality']:.3f}",
+                f"{w['others_median_label_quality']:.3f}",
+                f"{w['ratio']:.2f}",
+            ]
+            for w in warnings
+        ],
+    )
+    if stats.get("policy") == "send_back":
+        lines += [
+            "",
+            f"Policy `send_back`: {stats.get('sent_back_first', 0)} of their rows were sent back to review "
+            "first (worst label quality first); rows pending review are left out of this dataset.",
+        ]
+    return [*lines, ""]
+
+
 def render_card(
     dd, splits: dict[str, list[Example]], cfg: PublishConfig, clean_stats: dict[str, Any] | None = None
 ) -> str:
@@ -334,6 +375,7 @@ def render_card(
         'plus optional documents; output = JSON `{"clarification": "CLEAR"}` or '
         '`{"clarification": "<question>"}` (the `target` column).',
         "",
+        *card_warnings(clean_stats, Counter(ex.category for ex in everything)),
         "## Counts",
         "",
         *_table(["category", "setting", *SPLITS, "all"], rows),
@@ -400,6 +442,11 @@ def render_card(
             "Label cleaning (`clean` stage): "
             + ", ".join(f"{k} {clean_stats[k]}" for k in keys if k in clean_stats)
             + ". Every removal or relabel is listed in `reports/label_issues.csv`."
+            + (
+                " Category warnings: see **Warning: label quality** above."
+                if clean_stats.get("category_warnings")
+                else ""
+            )
         )
     lines += [
         "",

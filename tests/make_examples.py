@@ -133,6 +133,31 @@ def plant_flips(rows: list[Example], fraction: float, seed: int) -> tuple[list[E
     return out, flipped
 
 
+def plant_broken_category(
+    rows: list[Example], category: str, fraction: float, seed: int
+) -> tuple[list[Example], set[str]]:
+    """Break `fraction` of one category's rows as a whole the way the audit of issue 15 found
+    ambiguous_documents: the turn's own words name its topic ("What does the visa cover?") while the
+    row keeps its "ask" label and question. For rows with documents (the tiny rows' `All about the X.`);
+    returns the rows and the broken rows' (new) ids."""
+    rng = random.Random(seed)
+    members = [i for i, ex in enumerate(rows) if ex.category == category and ex.documents]
+    picked = set(rng.sample(members, round(fraction * len(members))))
+    out, broken = [], set()
+    for i, ex in enumerate(rows):
+        if i in picked:
+            doc = ex.documents[-1]
+            topic = (
+                doc.text.removeprefix("All about the ").rstrip(".") if doc.text.startswith("All about") else doc.title
+            )
+            data = ex.model_dump()
+            data["messages"][-1]["content"] = f"What does the {topic} cover?"
+            ex = Example.model_validate({**data, "id": ""})
+            broken.add(ex.id)
+        out.append(ex)
+    return out, broken
+
+
 WORDS = (
     "plan",
     "router",

@@ -1,4 +1,5 @@
-"""Label cleaning: planted label flips are found, several annotators are scored, policies keep rows valid."""
+"""Label cleaning: planted label flips are found, several annotators are scored, policies keep rows valid,
+a planted broken category is warned about and leads the send-back queue."""
 
 from __future__ import annotations
 
@@ -7,9 +8,17 @@ import random
 
 import numpy as np
 import pytest
-from make_examples import annotate, mtrag_examples, plant_flips, tiny_examples
+from make_examples import annotate, mtrag_examples, plant_broken_category, plant_flips, tiny_examples
 
-from clariedge.clean import CleanConfig, build_features, relabel, run, transform
+from clariedge.clean import (
+    CategoryWarningConfig,
+    CleanConfig,
+    build_features,
+    category_warnings,
+    relabel,
+    run,
+    transform,
+)
 from clariedge.io import read_records, write_records
 from clariedge.schema import Annotation, Example
 
@@ -47,6 +56,8 @@ def test_planted_flips_are_found(tiny):
     # most flips. Measured: precision 0.88, recall 0.74 (seed 1).
     assert precision >= 0.6
     assert recall >= 0.5
+    # flips spread over every category: no category looks broken as a whole (no false alarm)
+    assert res.stats["category_warnings"] == []
     # drop: flagged rows are gone, the others keep their order, every kept row has a label quality
     dropped = {r["id"] for r in res.issues if r["action"] == "drop"}
     assert [ex.id for ex in res.rows] == [ex.id for ex in noisy if ex.id not in dropped]
@@ -156,6 +167,124 @@ def test_send_back_marks_pending_and_keeps_rows(tiny):
     assert len(res.rows) == len(noisy)
     assert len(pending) == res.stats["sent_back"] == res.stats["flagged"] - res.stats["report_only"] > 0
     assert {ex.id for ex in res.sent_back} == {ex.id for ex in pending}
+
+
+@pytest.fixture(scope="session")
+def broken(tiny, embed_cache):
+    """The tiny rows with 3% label flips (other flagged rows) and 80% of ambiguous_documents broken as the
+    audit found it (turns that name their topic, still labelled "ask"), and their features."""
+    rows, _ = tiny
+    noisy, _ = plant_flips(rows, 0.03, seed=1)
+    planted, broken_ids = plant_broken_category(noisy, "ambiguous_documents", 0.8, seed=1)
+    return planted, broken_ids, build_features(planted, embed_cache)
+
+
+def _queue_order(examples, warned: set[str]) -> list[str]:
+    """What the send-back queue must be: the warned categories' rows, then the rest; each worst first."""
+    return [ex.id for ex in sorted(examples, key=lambda e: (e.category not in warned, e.label_quality, e.id))]
+
+
+def test_category_warning_rule():
+    rows = tiny_examples(30, seed=0)
+    cats = [ex.category for ex in rows]
+    n_docs = cats.count("ambiguous_documents")
+    quality = np.asarray([0.3 if c == "ambiguous_documents" else 0.9 for c in cats])
+    cfg = params_section("clean.category_warning")
+    (w,) = category_warnings(rows, quality, cfg)
+    assert w == {
+        "category": "ambiguous_documents",
+        "rows": n_docs,
+        "median_label_quality": 0.3,
+        "others_median_label_quality": 0.9,
+        "ratio": round(0.3 / 0.9, 4),
+    }
+    assert category_warnings(rows, quality, cfg.model_copy(update={"min_rows": n_docs + 1})) == []
+    assert category_warnings(rows, quality, cfg.model_copy(update={"max_ratio": 0.0})) == []  # off
+    assert category_warnings(rows, np.where(quality < 0.5, 0.8, 0.9), cfg) == []  # 0.8/0.9: not far below
+    with pytest.raises(ValueError, match="max_ratio"):
+        CategoryWarningConfig(max_ratio=1.5, min_rows=10, send_back_all=True)
+
+
+def test_a_broken_category_is_warned_and_its_flags_lead_the_queue(broken, caplog):
+    planted, broken_ids, features = broken
+    n_docs = sum(ex.category == "ambiguous_documents" for ex in planted)
+    warning_cfg = params_section("clean.category_warning").model_dump() | {"send_back_all": False}
+    cfg = clean_cfg(policy="send_back", category_warning=warning_cfg)
+    with caplog.at_level("WARNING", logger="clariedge.clean"):
+        res = transform(planted, cfg, rng=random.Random(0), features=features)
+    (w,) = res.stats["category_warnings"]
+    print(f"\nwarning: {w}; medians {res.stats['median_label_quality_by_category']}")
+    assert w["category"] == "ambiguous_documents" and w["rows"] == n_docs
+    assert w["ratio"] < cfg.category_warning.max_ratio and w["median_label_quality"] < w["others_median_label_quality"]
+    assert any("ambiguous_documents" in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
+    # row-by-row flags (capped per category) catch few of the broken rows: this is what the warning is for
+    flagged_docs = [r for r in res.issues if r["flagged"] and r["category"] == "ambiguous_documents"]
+    assert len(flagged_docs) <= int(cfg.max_flag_fraction * n_docs) < len(broken_ids) // 2
+    # send_back_all false: only the category's capped flags go back, but ahead of every other flagged row
+    queue = res.sent_back
+    assert [ex.id for ex in queue] == _queue_order(queue, {"ambiguous_documents"})
+    assert res.stats["sent_back_first"] == len(flagged_docs) > 0
+    assert {ex.category for ex in queue[: len(flagged_docs)]} == {"ambiguous_documents"}
+    assert len(queue) > len(flagged_docs)  # other flagged rows follow
+
+
+def test_send_back_sends_the_whole_warned_category_first_and_review_pushes_that_order(
+    tmp_path, broken, embed_cache, monkeypatch, caplog
+):
+    import clariedge.annotation.review as review
+
+    planted, broken_ids, _ = broken
+    src = tmp_path / "reviewed.parquet"
+    write_records(src, planted)
+    pushed: list[dict] = []
+
+    def fake_push(examples, cfg, *, dataset=None, label_quality=None, **kwargs):  # no server: record the call
+        pushed.append({"ids": [ex.id for ex in examples], "dataset": dataset, "label_quality": label_quality})
+        return {"records": len(examples), "sent": len(examples), "dataset": dataset}
+
+    monkeypatch.setattr(review, "push", fake_push)
+    review_cfg = params_section("review", mode="argilla")
+    with caplog.at_level("WARNING", logger="clariedge.clean"):
+        stats = run(
+            src,
+            tmp_path / "cleaned.parquet",
+            clean_cfg(policy="send_back"),
+            seed=7,
+            issues_csv=tmp_path / "issues.csv",
+            issues_md=tmp_path / "issues.md",
+            confusion_png=tmp_path / "confusion.png",
+            stats_path=tmp_path / "clean.json",
+            cache_path=embed_cache,
+            review_cfg=review_cfg,
+        )
+    assert any("ambiguous_documents" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    # the stats: the warning with its numbers, for publish's card and `dvc metrics diff`
+    written = json.loads((tmp_path / "clean.json").read_text())
+    (w,) = written["category_warnings"]
+    assert set(w) == {"category", "rows", "median_label_quality", "others_median_label_quality", "ratio"}
+    assert w["category"] == "ambiguous_documents"
+    # send_back_all: every row of the warned category goes back (none of them was reviewed by several people)
+    cleaned = read_records(tmp_path / "cleaned.parquet", Example)
+    pending = [ex for ex in cleaned if ex.review_status == "pending"]
+    docs = [ex for ex in cleaned if ex.category == "ambiguous_documents"]
+    assert all(ex.review_status == "pending" for ex in docs) and broken_ids <= {ex.id for ex in docs}
+    assert stats["sent_back_first"] == len(docs) == w["rows"] and stats["sent_back"] == len(pending) > len(docs)
+    assert stats["flagged_by_category_warning"] > 0
+    # what review pushes to the recheck dataset: the warned category first, worst first, then the others
+    (call,) = pushed
+    assert call["dataset"] == review_cfg.recheck_dataset_name
+    assert call["ids"] == _queue_order(pending, {"ambiguous_documents"})
+    assert call["ids"][: len(docs)] == [ex.id for ex in sorted(docs, key=lambda e: (e.label_quality, e.id))]
+    assert call["label_quality"] == {ex.id: ex.label_quality for ex in pending}
+    assert stats["send_back_result"]["sent"] == len(pending)
+    # the report opens with the warning, before the summary
+    md = (tmp_path / "issues.md").read_text()
+    sections = [line for line in md.splitlines() if line.startswith("## ")]
+    assert sections[0] == "## Category warnings"
+    assert md.index("## Category warnings") < md.index("| measure | value |")
+    assert f"| ambiguous_documents | {w['rows']} | {w['median_label_quality']:.3f} |" in md
+    issues = (tmp_path / "issues.csv").read_text()
+    assert "category_warning: ambiguous_documents" in issues
 
 
 def test_too_few_rows_pass_through():

@@ -159,6 +159,40 @@ def test_card_counts_match_the_data(tmp_path, rows):
         assert counts[3] == sum(counts[:3])
     assert sum(sum(v[:3]) for v in table.values()) == len(rows)
     assert "**Unreviewed.**" in body and "construct" in body
+    assert "## Warning" not in body  # no clean stats, no category warning
+
+
+def test_card_shows_clean_category_warnings(tmp_path, rows):
+    # metrics/clean.json as the clean stage writes it when a category's labels look wrong as a whole
+    n_docs = sum(ex.category == "ambiguous_documents" for ex in rows)
+    warning = {
+        "category": "ambiguous_documents",
+        "rows": n_docs,
+        "median_label_quality": 0.33,
+        "others_median_label_quality": 0.69,
+        "ratio": 0.4783,
+    }
+    clean_stats = {"label": "needs_clarification", "policy": "send_back", "rows_in": len(rows), "flagged": 40}
+    clean_stats |= {"sent_back": 40, "sent_back_first": 24, "category_warnings": [warning]}
+    (tmp_path / "clean.json").write_text(json.dumps(clean_stats))
+    src = tmp_path / "cleaned.parquet"
+    write_records(src, rows)
+    d = tmp_path / "warned"
+    out = (d / "clariedge", d / "parquet", d / "chat")
+    run(src, *out, params_section("publish"), seed=11, clean_stats_path=tmp_path / "clean.json")
+    body = (d / "clariedge" / "README.md").read_text().split("---\n", 2)[2]
+    # its own section, before the counts, naming the category with its numbers
+    assert "## Warning: label quality" in body
+    assert body.index("## Warning: label quality") < body.index("## Counts")
+    section = body[body.index("## Warning: label quality") : body.index("## Counts")]
+    assert f"| `ambiguous_documents` | {n_docs} | {n_docs} | 0.330 | 0.690 | 0.48 |" in section
+    assert "24 of their rows were sent back to review first" in section
+    # clean stats without warnings (or from before they existed): no section
+    (tmp_path / "clean.json").write_text(json.dumps({**clean_stats, "category_warnings": []}))
+    d2 = tmp_path / "quiet"
+    out = (d2 / "clariedge", d2 / "parquet", d2 / "chat")
+    run(src, *out, params_section("publish"), seed=11, clean_stats_path=tmp_path / "clean.json")
+    assert "## Warning" not in (d2 / "clariedge" / "README.md").read_text()
 
 
 def test_cli_publish(tmp_path, rows):
