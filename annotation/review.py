@@ -52,19 +52,20 @@ IncompletePolicy = Literal["keep_generator_label", "drop", "wait"]
 
 
 class ReviewConfig(StageConfig):
-    mode: Mode = "none"
-    dataset: str = "clariedge-review"
-    workspace: str = "default"
-    min_submitted: int = Field(2, ge=1)
-    batch_size: int = Field(100, ge=1, le=500)
-    incomplete: IncompletePolicy = "keep_generator_label"
-    consensus: Literal["majority", "generator"] = "majority"
-    import_path: str = "data/argilla_export"
-    recheck_suffix: str = "recheck"
-    timeout_s: float = Field(30.0, gt=0)
-    owner: str = "owner"
-    annotators: list[str] = ["annotator-1", "annotator-2"]
-    # Filled by the CLI from ARGILLA_API_URL / ARGILLA_API_KEY; leave them out of params.yaml.
+    mode: Mode
+    dataset: str
+    workspace: str
+    min_submitted: int = Field(ge=1)
+    batch_size: int = Field(ge=1, le=500)
+    incomplete: IncompletePolicy
+    consensus: Literal["majority", "generator"]
+    import_path: str
+    recheck_suffix: str
+    timeout_s: float = Field(gt=0)
+    owner: str
+    annotators: list[str]
+    # Not params: the CLI fills them from ARGILLA_API_URL / ARGILLA_API_KEY (never in params.yaml);
+    # None = not connected to a server.
     api_url: str | None = None
     api_key: str | None = None
 

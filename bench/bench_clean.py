@@ -73,7 +73,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mtrag", type=Path, default=ROOT.parent / "shared" / "data" / "mtrag")
     ap.add_argument("--rows", type=int, default=10_000)
-    ap.add_argument("--cache", type=Path, default=ROOT / "cache" / "embeddings.sqlite")
+    ap.add_argument("--cache", type=Path, default=ROOT / "cache" / "embeddings_bench.sqlite")
     ap.add_argument("--seed", type=int, default=20261202)
     ap.add_argument("--params", type=Path, default=ROOT / "params.yaml", help="clean: section used")
     args = ap.parse_args()
@@ -97,7 +97,7 @@ def main() -> None:
     dt = time.perf_counter() - t
     print(f"cold MiniLM embedding: {len(texts)} texts in {dt:.1f} s = {len(texts) / dt:.0f} texts/s")
 
-    cfg = load_section(args.params, "clean", CleanConfig) if args.params.exists() else CleanConfig()
+    cfg = load_section(args.params, "clean", CleanConfig)
     print(f"clean config: {cfg.model_dump()}")
     noise_detection(rows, features, (0.05, 0.10, 0.20), args.seed, cfg)
 

@@ -19,10 +19,12 @@ import time
 import urllib.request
 from pathlib import Path
 
+from clariedge.config import load_section
 from clariedge.llm import Job, LLMCache, OpenAIBackend, OpenAIConfig, Runner
 from clariedge.prompts import get_prompt
 
 STUB = Path(__file__).resolve().parents[1] / "tests" / "openai_stub.py"
+PARAMS = Path(__file__).resolve().parents[1] / "params.yaml"
 
 
 class Server:
@@ -64,7 +66,10 @@ def jobs_for(n: int, tag: str) -> list[Job]:
 
 
 def run(stub: Server, cache: LLMCache, jobs: list[Job], concurrency: int) -> tuple[float, int, int]:
-    backend = OpenAIBackend(OpenAIConfig(base_url=stub.base_url, model="bench", timeout_s=30), "bench-key")
+    endpoint = load_section(
+        PARAMS, "synthesize.openai", OpenAIConfig, base_url=stub.base_url, model="bench", timeout_s=30
+    )
+    backend = OpenAIBackend(endpoint, "bench-key")
     runner = Runner(backend, cache, concurrency=concurrency)
     before = stub.hits()
     t0 = time.perf_counter()

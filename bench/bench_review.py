@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from review_examples import make_examples  # noqa: E402
 
 from clariedge.annotation import review as R  # noqa: E402
+from clariedge.config import load_section  # noqa: E402
 
 
 def main() -> int:
@@ -29,8 +30,15 @@ def main() -> int:
     args = ap.parse_args()
     url = os.environ.get("ARGILLA_API_URL", "http://127.0.0.1:6900")
     key = os.environ.get("ARGILLA_API_KEY", "owner.apikey")
-    cfg = R.ReviewConfig(
-        mode="argilla", dataset=f"bench-{uuid.uuid4().hex[:6]}", api_url=url, api_key=key, batch_size=args.batch_size
+    cfg = load_section(
+        Path(__file__).resolve().parents[1] / "params.yaml",
+        "review",
+        R.ReviewConfig,
+        mode="argilla",
+        dataset=f"bench-{uuid.uuid4().hex[:6]}",
+        api_url=url,
+        api_key=key,
+        batch_size=args.batch_size,
     )
     try:
         R.Connection.open(url, key).close()

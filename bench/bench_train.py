@@ -51,21 +51,27 @@ def main() -> None:
     ap.add_argument("--max-length", type=int, default=256)
     ap.add_argument("--classify-rows", type=int, default=32)
     ap.add_argument("--top-layers", type=int, default=15, help="adapters in the top N layers (0: all), as params.yaml")
+    ap.add_argument("--params", type=Path, default=Path("params.yaml"), help="the train section (other keys)")
     args = ap.parse_args()
 
     import torch
 
+    from clariedge.config import load_section
     from clariedge.training.infer import Clarifier
     from clariedge.training.train import LoraSettings, TrainConfig, train
 
     rows = _rows(args.split, args.steps * args.batch_size)
-    cfg = TrainConfig(
+    lora = load_section(args.params, "train.lora", LoraSettings, top_layers=args.top_layers or None)
+    cfg = load_section(
+        args.params,
+        "train",
+        TrainConfig,
         max_steps=args.steps,
         epochs=100,
         batch_size=args.batch_size,
         max_length=args.max_length,
         save_every=10_000,
-        lora=LoraSettings(top_layers=args.top_layers or None),
+        lora=lora,
     )
     with tempfile.TemporaryDirectory() as tmp:
         cfg = cfg.model_copy(update={"checkpoint_dir": str(Path(tmp) / "ckpt")})

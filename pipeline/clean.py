@@ -90,9 +90,9 @@ _AMB_DOCS = _CAT_INDEX["ambiguous_documents"]
 
 
 class DatalabConfig(StageConfig):
-    enabled: bool = True
-    near_duplicate: bool = True
-    outlier: bool = True
+    enabled: bool
+    near_duplicate: bool
+    outlier: bool
 
 
 class CategoryWarningConfig(StageConfig):
@@ -110,28 +110,25 @@ class CategoryWarningConfig(StageConfig):
 class CleanConfig(StageConfig):
     """params.yaml `clean:`; see the module docstring."""
 
-    label: Literal["needs_clarification", "category"] = "needs_clarification"
-    policy: Policy = "drop"
-    folds: int = Field(5, ge=2)
-    C: float = Field(1.0, gt=0)
-    pca_components: int = Field(16, ge=0, description="PCA size for the embedding blocks; 0 keeps all 1152 dims")
-    calibration: Literal["none", "sigmoid", "isotonic"] = "none"
-    filter_by: Literal["prune_by_noise_rate", "prune_by_class", "both", "confident_learning", "predicted_neq_given"] = (
-        "prune_by_noise_rate"
-    )
-    max_flag_fraction: float = Field(0.15, ge=0.0, le=1.0)
+    label: Literal["needs_clarification", "category"]
+    policy: Policy
+    folds: int = Field(ge=2)
+    C: float = Field(gt=0)
+    pca_components: int = Field(ge=0, description="PCA size for the embedding blocks; 0 keeps all 1152 dims")
+    calibration: Literal["none", "sigmoid", "isotonic"]
+    filter_by: Literal["prune_by_noise_rate", "prune_by_class", "both", "confident_learning", "predicted_neq_given"]
+    max_flag_fraction: float = Field(ge=0.0, le=1.0)
     category_warning: CategoryWarningConfig
     report_only_categories: list[Category] = Field(
-        default_factory=lambda: ["hard_negative"],
         description="categories whose classifier-only flags are reported but never acted on",
     )
-    min_consensus_quality: float = Field(0.5, ge=0.0, le=1.0)
-    min_rows: int = Field(20, ge=2)
-    context_messages: int = Field(2, ge=0, description="dialog messages before the turn used as features")
-    context_chars: int = Field(600, ge=0, description="the dialog text is cut to this many characters")
-    datalab: DatalabConfig = DatalabConfig()
-    report_top: int = Field(30, ge=0)
-    embed_batch_size: int = Field(64, ge=1)
+    min_consensus_quality: float = Field(ge=0.0, le=1.0)
+    min_rows: int = Field(ge=2)
+    context_messages: int = Field(ge=0, description="dialog messages before the turn used as features")
+    context_chars: int = Field(ge=0, description="the dialog text is cut to this many characters")
+    datalab: DatalabConfig
+    report_top: int = Field(ge=0)
+    embed_batch_size: int = Field(ge=1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -958,11 +955,11 @@ def run(
     cfg: CleanConfig,
     *,
     seed: int,
-    issues_csv: str | Path = "reports/label_issues.csv",
-    issues_md: str | Path = "reports/label_issues.md",
-    confusion_png: str | Path = "reports/confusion.png",
+    issues_csv: str | Path,
+    issues_md: str | Path,
+    confusion_png: str | Path,
     stats_path: str | Path | None = None,
-    cache_path: str | Path | None = "cache/embeddings.sqlite",
+    cache_path: str | Path | None = None,
     review_cfg: Any = None,
 ) -> dict[str, Any]:
     """Read, clean, write the cleaned rows, the issues files, the plot and the stats."""

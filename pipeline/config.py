@@ -1,10 +1,13 @@
 """Loading `params.yaml`: one section per stage, validated into a frozen config object.
 
-A typo in a key fails fast with a message naming the section and key, instead of being ignored.
+`params.yaml` is the only place a default lives: the config classes declare types and bounds, never
+values, so a missing file or key is an error naming `section.key` instead of a silent fallback to a
+second set of defaults. A typo in a key fails the same way, listing the keys that exist.
 """
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,48 +40,73 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     return data
 
 
-def load_section(path: str | Path, section: str, model: type[C]) -> C:
-    """Validate `params.yaml[section]` into `model`; errors name `section.key`."""
-    params = load_params(path)
-    raw = params.get(section, {})
-    if raw is None:
-        raw = {}
+def load_section(path: str | Path, section: str, model: type[C], /, **overrides: Any) -> C:
+    """Validate `params.yaml[section]` into `model`; errors name `section.key`.
+
+    `section` may be dotted (`filter.dedup`). Every key must be present: the config classes hold no
+    defaults, `params.yaml` is the only place they live. `overrides` replace keys of the section
+    before validation (quick runs, tests).
+    """
+    raw: Any = load_params(path)
+    parts = section.split(".")
+    for i, part in enumerate(parts):
+        if not isinstance(raw, dict) or part not in raw:
+            where = ".".join(parts[:i]) or "the top level"
+            raise ConfigError(f"{path}: {'.'.join(parts[: i + 1])}: missing (no key {part!r} in {where})")
+        raw = raw[part]
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: section {section!r} must be a mapping, got {type(raw).__name__}")
     try:
-        return model.model_validate(raw)
+        return model.model_validate({**raw, **overrides})
     except ValidationError as err:
-        lines = []
-        for e in err.errors():
-            key = ".".join(str(x) for x in (section, *e["loc"]))
-            if e["type"] == "extra_forbidden":
-                known = ", ".join(sorted(model.model_fields))
-                lines.append(f"{key}: unknown key (known keys: {known})")
-            else:
-                lines.append(f"{key}: {e['msg']}")
-        raise ConfigError(f"{path}: " + "; ".join(lines)) from None
+        raise ConfigError(f"{path}: {describe_errors(err, section, model)}") from None
 
 
-DEFAULT_PARAMS = Path("params.yaml")
+def describe_errors(err: ValidationError, section: str, model: type[BaseModel]) -> str:
+    """One line per problem, each naming `section.key` (and, for an unknown key, the keys that exist)."""
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(x) for x in (section, *e["loc"]))
+        if e["type"] == "extra_forbidden":
+            known = ", ".join(sorted(_fields_at(model, e["loc"][:-1])))
+            lines.append(f"{key}: unknown key (known keys: {known})")
+        elif e["type"] == "missing":
+            lines.append(f"{key}: missing")
+        else:
+            lines.append(f"{key}: {e['msg']}")
+    hint = (
+        " (every key must be set: the params file is the only place defaults live)" if "missing" in str(lines) else ""
+    )
+    return "; ".join(lines) + hint
+
+
+def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The field names of the (nested) config at `loc`; the top level's where it cannot be followed."""
+    current: Any = model
+    for part in loc:
+        field = getattr(current, "model_fields", {}).get(part) if isinstance(part, str) else None
+        ann = getattr(field, "annotation", None)
+        nested = [a for a in (ann, *typing.get_args(ann)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not nested:
+            if isinstance(part, str) and typing.get_origin(ann) is dict:
+                continue  # a mapping of configs (train.variants.<name>): the next part is the name
+            return list(model.model_fields)
+        current = nested[0]
+    return list(current.model_fields)
 
 
 def load_stage_config(path: str | Path, section: str, model: type[C]) -> C:
-    """`params.yaml[section]` as `model`. Without a params file the model's defaults apply, but only
-    for the default path: a `--params FILE` that does not exist is an error, not silently ignored."""
-    path = Path(path)
-    if not path.exists():
-        if path == DEFAULT_PARAMS:
-            return model()
-        raise ConfigError(f"{path}: params file not found")
+    """`params.yaml[section]` as `model`. The params file is required: without it a stage would run on
+    values written nowhere."""
     return load_section(path, section, model)
 
 
 def load_seed(path: str | Path) -> int:
-    """The top-level `seed` every stage draws its random choices from (0 without a params file)."""
-    path = Path(path)
-    if not path.exists() and path == DEFAULT_PARAMS:
-        return 0
-    seed = load_params(path).get("seed", 0)
-    if not isinstance(seed, int):
+    """The top-level `seed` every stage draws its random choices from."""
+    params = load_params(path)
+    if "seed" not in params:
+        raise ConfigError(f"{path}: seed: missing (the top-level seed every stage draws from)")
+    seed = params["seed"]
+    if not isinstance(seed, int) or isinstance(seed, bool):
         raise ConfigError(f"{path}: seed: expected an integer, got {seed!r}")
     return seed

@@ -49,7 +49,8 @@ def fetch(base_url: str, files: dict[str, str], cache_dir: str | Path, timeout_s
                     )
         except (urllib.error.URLError, TimeoutError, OSError) as err:
             raise DownloadError(
-                f"cannot download {url}: {err}. Without a network, set `ingest.source: sample` (the bundled "
-                f"offline sample) or `ingest.source: paths` with local MTRAG files, or place the files in {cache}"
+                f"cannot download {url}: {err}. Without a network, set `ingest.source: paths` with "
+                f"`ingest.paths: [data/sample]` (the bundled offline sample) or local MTRAG files, or place the "
+                f"files in {cache}"
             ) from None
     return cache

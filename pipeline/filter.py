@@ -44,6 +44,7 @@ from pydantic import Field, ValidationError
 
 from clariedge.config import StageConfig
 from clariedge.io import Rejects, describe_validation_error, read_table, write_json, write_records
+from clariedge.llm import OpenAIConfig, TransformersConfig
 from clariedge.schema import Example
 
 log = logging.getLogger(__name__)
@@ -52,50 +53,50 @@ EmbedFn = Callable[[Sequence[str]], np.ndarray]
 
 
 class LengthConfig(StageConfig):
-    min_turn_chars: int = Field(2, ge=1)
-    max_turn_chars: int = Field(600, ge=1)
-    min_clarification_chars: int = Field(10, ge=1)
-    max_clarification_chars: int = Field(300, ge=1)
-    max_dialog_messages: int = Field(40, ge=1)
-    max_dialog_chars: int = Field(12000, ge=1, description="all messages together")
+    min_turn_chars: int = Field(ge=1)
+    max_turn_chars: int = Field(ge=1)
+    min_clarification_chars: int = Field(ge=1)
+    max_clarification_chars: int = Field(ge=1)
+    max_dialog_messages: int = Field(ge=1)
+    max_dialog_chars: int = Field(ge=1, description="all messages together")
 
 
 class LeakageConfig(StageConfig):
-    enabled: bool = True
-    shingle: int = Field(6, ge=3, description="words in a run copied from a document that counts as an answer")
-    numbers: bool = Field(True, description="a number absent from turn/dialog/interpretations counts as an answer")
+    enabled: bool
+    shingle: int = Field(ge=3, description="words in a run copied from a document that counts as an answer")
+    numbers: bool = Field(description="a number absent from turn/dialog/interpretations counts as an answer")
 
 
 class DedupConfig(StageConfig):
-    enabled: bool = True
-    threshold: float = Field(0.95, gt=0.0, le=1.0, description="cosine similarity from which rows are near-dups")
-    cache: str | None = Field("cache/embeddings.sqlite", description="MiniLM embedding cache (null: no cache)")
-    batch_size: int = Field(64, ge=1)
+    enabled: bool
+    threshold: float = Field(gt=0.0, le=1.0, description="cosine similarity from which rows are near-dups")
+    cache: str | None = Field(description="this stage's MiniLM embedding cache, a DVC out (null: no cache)")
+    batch_size: int = Field(ge=1)
 
 
 class BalanceConfig(StageConfig):
-    max_per_cell: int | None = Field(None, ge=1, description="rows per category x setting at most")
-    max_share: float | None = Field(0.4, gt=0.0, le=1.0, description="a category's share of a setting at most")
+    max_per_cell: int | None = Field(ge=1, description="rows per category x setting at most")
+    max_share: float | None = Field(gt=0.0, le=1.0, description="a category's share of a setting at most")
 
 
 class JudgeConfig(StageConfig):
-    enabled: bool = False
-    backend: Literal["openai", "transformers"] = "openai"
-    prompt: str = "judge_clarification.v1"
-    cache: str = "cache/judge.sqlite"
-    on_error: Literal["keep", "drop"] = "keep"
-    max_invalid_retries: int = Field(2, ge=0)
-    openai: dict[str, Any] = Field(default_factory=dict, description="overrides of clariedge.llm.OpenAIConfig")
-    transformers: dict[str, Any] = Field(default_factory=dict, description="overrides of TransformersConfig")
+    enabled: bool
+    backend: Literal["openai", "transformers"]
+    prompt: str
+    cache: str
+    on_error: Literal["keep", "drop"]
+    max_invalid_retries: int = Field(ge=0)
+    openai: OpenAIConfig = Field(description="the judge's OpenAI-compatible endpoint (backend openai)")
+    transformers: TransformersConfig = Field(description="the judge's local model (backend transformers)")
 
 
 class FilterConfig(StageConfig):
-    length: LengthConfig = LengthConfig()
-    leakage: LeakageConfig = LeakageConfig()
-    dedup: DedupConfig = DedupConfig()
-    balance: BalanceConfig = BalanceConfig()
-    judge: JudgeConfig = JudgeConfig()
-    separability: bool = Field(True, description="bag-of-words AUC on the kept rows' last turns, per category")
+    length: LengthConfig
+    leakage: LeakageConfig
+    dedup: DedupConfig
+    balance: BalanceConfig
+    judge: JudgeConfig
+    separability: bool = Field(description="bag-of-words AUC on the kept rows' last turns, per category")
 
 
 class FilterError(RuntimeError):
@@ -308,8 +309,7 @@ def judge(
     from clariedge.prompts import get_prompt
 
     prompt = get_prompt(cfg.prompt)
-    openai_cfg = llm.OpenAIConfig(**cfg.openai)
-    tf_cfg = llm.TransformersConfig(**cfg.transformers)
+    openai_cfg, tf_cfg = cfg.openai, cfg.transformers
     backend = llm.make_backend(cfg.backend, openai_cfg=openai_cfg, transformers_cfg=tf_cfg, api_key=api_key)
     todo = [r for r in rows if r.needs_clarification]
     with llm.LLMCache(cfg.cache) as cache:

@@ -12,8 +12,8 @@ Inputs:  files or folders (searched recursively for *.json / *.jsonl) in these f
                            per line (`messages`), see `data/sample/README.md`.
 Outputs: seed turns (parquet, `SeedTurn` rows sorted by conversation and turn), rejects JSONL (every
          bad row with file, line, field and reason), stats JSON.
-Params:  `ingest.source` (sample | paths | mtrag_url), `ingest.paths`, `ingest.mtrag_url`,
-         `ingest.strict`.
+Params:  `ingest.source` (paths | mtrag_url), `ingest.paths` (default: the bundled `data/sample`),
+         `ingest.mtrag_url`, `ingest.strict`.
 """
 
 from __future__ import annotations
@@ -44,17 +44,17 @@ _SPEAKERS = {"user": "user", "agent": "assistant", "assistant": "assistant", "sy
 
 
 class IngestConfig(StageConfig):
-    source: Literal["sample", "paths", "mtrag_url"] = "sample"
-    paths: list[str] = Field(default_factory=lambda: ["data/sample"])
-    mtrag_url: MtragUrlConfig | None = None
-    strict: bool = False
+    source: Literal["paths", "mtrag_url"] = Field(description="read `paths`, or download `mtrag_url`'s files")
+    paths: list[str] = Field(min_length=1, description="files or folders read when source is paths")
+    mtrag_url: MtragUrlConfig | None
+    strict: bool
 
 
 class MtragUrlConfig(StageConfig):
     base_url: str
-    cache_dir: str = "cache/mtrag"
+    cache_dir: str
     files: dict[str, str] = Field(description="relative path -> sha256")
-    timeout_s: float = 60.0
+    timeout_s: float = Field(gt=0)
 
 
 IngestConfig.model_rebuild()

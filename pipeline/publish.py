@@ -44,9 +44,9 @@ SPLITS = ("train", "validation", "test")
 
 
 class Ratios(StageConfig):
-    train: float = Field(0.7, gt=0, lt=1)
-    validation: float = Field(0.15, ge=0, lt=1)
-    test: float = Field(0.15, ge=0, lt=1)
+    train: float = Field(gt=0, lt=1)
+    validation: float = Field(ge=0, lt=1)
+    test: float = Field(ge=0, lt=1)
 
     @model_validator(mode="after")
     def _sum_to_one(self) -> Ratios:
@@ -59,12 +59,12 @@ class Ratios(StageConfig):
 class PublishConfig(StageConfig):
     """params.yaml `publish:`; see the module docstring."""
 
-    ratios: Ratios = Ratios()
-    include_review_status: list[ReviewStatus] = Field(default_factory=lambda: ["unreviewed", "reviewed"])
-    pretty_name: str = "ClariEdge (rebuilt): when to ask a clarifying question"
-    license: str = "apache-2.0"
-    hub_repo: str | None = None
-    hub_private: bool = True
+    ratios: Ratios
+    include_review_status: list[ReviewStatus]
+    pretty_name: str
+    license: str
+    hub_repo: str | None
+    hub_private: bool
 
 
 def stratum(ex: Example) -> str:

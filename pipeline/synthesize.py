@@ -53,13 +53,7 @@ from clariedge.schema import CATEGORIES, Category, Example, Message, Provenance,
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PROMPTS = {
-    "ambiguous_dialog": "ambiguous_dialog.v1",
-    "ambiguous_documents": "ambiguous_documents.v1",
-    "clear": "clear.v1",
-    "hard_negative": "hard_negative.v1",
-    "clarification": "clarification.v1",
-}
+PROMPT_TASKS = ("ambiguous_dialog", "ambiguous_documents", "clear", "hard_negative", "clarification")
 
 
 # `construct` shadows pydantic's deprecated `BaseModel.construct` classmethod: harmless, the name is the
@@ -68,23 +62,20 @@ warnings.filterwarnings("ignore", message='Field name "construct"', category=Use
 
 
 class SynthesizeConfig(StageConfig):
-    backend: Literal["construct", "openai", "transformers"] = "construct"
-    max_seeds: int | None = Field(None, ge=1, description="sample this many seed turns (seeded); null = all")
+    backend: Literal["construct", "openai", "transformers"]
+    max_seeds: int | None = Field(ge=1, description="sample this many seed turns (seeded); null = all")
     counts: dict[Category, float] = Field(
-        default_factory=lambda: dict.fromkeys(CATEGORIES, 1),
         description="LLM backends: rows per seed turn and category; a fraction is a seeded chance of one more",
     )
-    settings: list[Setting] = Field(default_factory=lambda: ["pre_retrieval", "post_retrieval"], min_length=1)
-    prompts: dict[str, str] = Field(default_factory=lambda: dict(DEFAULT_PROMPTS))
-    clarification_pass: bool = Field(
-        False, description="reword ambiguous rows' questions with the clarification prompt"
-    )
-    max_invalid_retries: int = Field(2, ge=0, description="re-asks after an answer that is not valid JSON / schema")
-    max_documents: int = Field(5, ge=1)
-    max_doc_chars: int = Field(800, ge=50)
-    openai: OpenAIConfig = OpenAIConfig()
-    transformers: TransformersConfig = TransformersConfig()
-    construct: ConstructConfig = ConstructConfig()
+    settings: list[Setting] = Field(min_length=1)
+    prompts: dict[str, str] = Field(description="task -> prompt file <id>.<version>, one for every task")
+    clarification_pass: bool = Field(description="reword ambiguous rows' questions with the clarification prompt")
+    max_invalid_retries: int = Field(ge=0, description="re-asks after an answer that is not valid JSON / schema")
+    max_documents: int = Field(ge=1)
+    max_doc_chars: int = Field(ge=50)
+    openai: OpenAIConfig
+    transformers: TransformersConfig
+    construct: ConstructConfig
 
     @field_validator("counts")
     @classmethod
@@ -97,10 +88,13 @@ class SynthesizeConfig(StageConfig):
     @field_validator("prompts")
     @classmethod
     def _prompts(cls, v: dict[str, str]) -> dict[str, str]:
-        unknown = set(v) - set(DEFAULT_PROMPTS)
+        unknown = set(v) - set(PROMPT_TASKS)
         if unknown:
-            raise ValueError(f"unknown task(s) {sorted(unknown)} (known: {', '.join(sorted(DEFAULT_PROMPTS))})")
-        return {**DEFAULT_PROMPTS, **v}
+            raise ValueError(f"unknown task(s) {sorted(unknown)} (known: {', '.join(sorted(PROMPT_TASKS))})")
+        missing = [t for t in PROMPT_TASKS if t not in v]
+        if missing:
+            raise ValueError(f"no prompt for task(s) {missing}: name a prompt file for every task")
+        return v
 
 
 # ---------------------------------------------------------------------------------------------
@@ -339,7 +333,7 @@ def run(
     cfg: SynthesizeConfig,
     *,
     seed: int,
-    cache_path: str | Path = "cache/llm.sqlite",
+    cache_path: str | Path,
     api_key: str | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:

@@ -6,6 +6,7 @@ import hashlib
 from pathlib import Path
 
 import pytest
+from conftest import params_section
 
 
 def _digests(folder: Path) -> dict[str, str]:
@@ -14,9 +15,9 @@ def _digests(folder: Path) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_base_model_folder_is_byte_identical_across_runs(base_model_dir: Path, tmp_path: Path) -> None:
-    from clariedge.training.base_model import BaseModelConfig, run
+    from clariedge.training.base_model import run
 
-    summary = run(tmp_path / "base", BaseModelConfig())
+    summary = run(tmp_path / "base", params_section("base_model"))
     assert summary["parameters"] > 100_000_000
     assert "load_s" in summary  # the timing is reported to the caller ...
     assert "load_s" not in (tmp_path / "base" / "clariedge_base.json").read_text(encoding="utf-8")  # ... not saved

@@ -8,6 +8,7 @@ import random
 
 import numpy as np
 import pytest
+from conftest import params_section, write_params
 from make_examples import annotate, mtrag_examples, plant_broken_category, plant_flips, tiny_examples
 
 from clariedge.clean import (
@@ -21,6 +22,11 @@ from clariedge.clean import (
 )
 from clariedge.io import read_records, write_records
 from clariedge.schema import Annotation, Example
+
+
+def clean_cfg(**overrides) -> CleanConfig:
+    """The `clean` section of params.yaml (what the stage runs with), with overrides."""
+    return params_section("clean", **overrides)
 
 
 @pytest.fixture(scope="session")
@@ -45,7 +51,7 @@ def test_planted_flips_are_found(tiny):
     rows, features = tiny
     noisy, flipped = plant_flips(rows, 0.10, seed=1)
     # detection itself, without the per-category flag cap (tested below)
-    res = transform(noisy, CleanConfig(policy="drop", max_flag_fraction=1.0), rng=random.Random(0), features=features)
+    res = transform(noisy, clean_cfg(policy="drop", max_flag_fraction=1.0), rng=random.Random(0), features=features)
     precision, recall = _precision_recall(res, flipped)
     print(
         f"\ntiny rows: {len(rows)}, flips {len(flipped)}, cv accuracy {res.stats['cv_accuracy']}, "
@@ -68,7 +74,7 @@ def test_planted_flips_are_found(tiny):
     assert report_only and all(r["category"] == "hard_negative" and r["flagged"] for r in report_only)
     assert {r["id"] for r in report_only} <= {ex.id for ex in res.rows}
     everything = transform(
-        noisy, CleanConfig(max_flag_fraction=1.0, report_only_categories=[]), rng=random.Random(0), features=features
+        noisy, clean_cfg(max_flag_fraction=1.0, report_only_categories=[]), rng=random.Random(0), features=features
     )
     assert everything.stats["dropped"] == everything.stats["flagged"] == res.stats["flagged"]
 
@@ -76,11 +82,11 @@ def test_planted_flips_are_found(tiny):
 def test_flagging_is_seeded_and_capped(tiny):
     rows, features = tiny
     noisy, _ = plant_flips(rows, 0.2, seed=2)
-    uncapped = CleanConfig(max_flag_fraction=1.0)
+    uncapped = clean_cfg(max_flag_fraction=1.0)
     a = transform(noisy, uncapped, rng=random.Random(5), features=features)
     b = transform(noisy, uncapped, rng=random.Random(5), features=features)
     assert a.issues == b.issues and [r.model_dump() for r in a.rows] == [r.model_dump() for r in b.rows]
-    capped = transform(noisy, CleanConfig(max_flag_fraction=0.05), rng=random.Random(5), features=features)
+    capped = transform(noisy, clean_cfg(max_flag_fraction=0.05), rng=random.Random(5), features=features)
     for cat in {ex.category for ex in noisy}:
         n_cat = sum(ex.category == cat for ex in noisy)
         full = sorted(r["label_quality"] for r in a.issues if r["flagged"] and r["category"] == cat)
@@ -95,7 +101,7 @@ def test_bad_annotator_ranks_lowest_and_consensus_recovers_truth(tiny):
     annotated = annotate(rows, {"ann_a": 0.05, "ann_b": 0.05, "ann_c": 0.10, "ann_bad": 0.45}, seed=3)
     noisy, flipped = plant_flips(annotated, 0.10, seed=4)  # the row labels are wrong, the annotators are not
     truth = {n.id: o.needs_clarification for n, o in zip(noisy, rows, strict=True)}
-    res = transform(noisy, CleanConfig(policy="relabel"), rng=random.Random(0), features=features)
+    res = transform(noisy, clean_cfg(policy="relabel"), rng=random.Random(0), features=features)
     names = [a["annotator"] for a in res.annotators]
     print(
         "\nannotators:",
@@ -129,7 +135,7 @@ def _row(category: str, setting: str = "pre_retrieval", annotations=()) -> Examp
 
 
 def test_relabel_rule_keeps_examples_consistent():
-    cfg = CleanConfig(label="needs_clarification")
+    cfg = clean_cfg(label="needs_clarification")
     amb = _row("ambiguous_dialog")
     to_clear = relabel(amb, 0, cfg)
     assert to_clear.category == "hard_negative" and to_clear.clarification is None
@@ -152,7 +158,7 @@ def test_relabel_rule_keeps_examples_consistent():
     )
     new = relabel(voted, 1, cfg)
     assert (new.category, new.needs_clarification, new.clarification) == ("ambiguous_dialog", True, "Which plan?")
-    cat_cfg = CleanConfig(label="category")
+    cat_cfg = clean_cfg(label="category")
     docs = _row("ambiguous_documents", "post_retrieval")
     swapped = relabel(docs, 0, cat_cfg)  # -> ambiguous_dialog: the question stays
     assert swapped.category == "ambiguous_dialog" and swapped.clarification == docs.clarification
@@ -162,7 +168,7 @@ def test_relabel_rule_keeps_examples_consistent():
 def test_send_back_marks_pending_and_keeps_rows(tiny):
     rows, features = tiny
     noisy, _ = plant_flips(rows, 0.10, seed=1)
-    res = transform(noisy, CleanConfig(policy="send_back"), rng=random.Random(0), features=features)
+    res = transform(noisy, clean_cfg(policy="send_back"), rng=random.Random(0), features=features)
     pending = [ex for ex in res.rows if ex.review_status == "pending"]
     assert len(res.rows) == len(noisy)
     assert len(pending) == res.stats["sent_back"] == res.stats["flagged"] - res.stats["report_only"] > 0
@@ -289,7 +295,7 @@ def test_send_back_sends_the_whole_warned_category_first_and_review_pushes_that_
 
 def test_too_few_rows_pass_through():
     rows = tiny_examples(2, seed=0)
-    res = transform(rows, CleanConfig(), rng=random.Random(0))
+    res = transform(rows, clean_cfg(), rng=random.Random(0))
     assert res.rows == rows and res.stats["skipped"] == "too_few_rows"
 
 
@@ -302,7 +308,7 @@ def test_too_few_rows_still_write_every_declared_output(tmp_path):
     stats = run(
         src,
         outs["cleaned.parquet"],
-        CleanConfig(),
+        clean_cfg(),
         seed=7,
         issues_csv=outs["issues.csv"],
         issues_md=outs["issues.md"],
@@ -327,7 +333,7 @@ def test_run_writes_reports_and_is_deterministic(tmp_path, tiny, embed_cache):
         stats = run(
             src,
             d / "cleaned.parquet",
-            CleanConfig(),
+            clean_cfg(),
             seed=7,
             issues_csv=d / "issues.csv",
             issues_md=d / "issues.md",
@@ -353,7 +359,7 @@ def test_planted_flips_in_real_mtrag_rows(mtrag_dir, embed_cache):
     rows = mtrag_examples(mtrag_dir, limit=300, seed=0)
     features = build_features(rows, embed_cache)
     noisy, flipped = plant_flips(rows, 0.10, seed=1)
-    res = transform(noisy, CleanConfig(max_flag_fraction=1.0), rng=random.Random(0), features=features)
+    res = transform(noisy, clean_cfg(max_flag_fraction=1.0), rng=random.Random(0), features=features)
     precision, recall = _precision_recall(res, flipped)
     print(
         f"\nMTRAG rows: {len(rows)}, cv accuracy {res.stats['cv_accuracy']}, precision {precision:.2f} "
@@ -375,7 +381,7 @@ def test_cli_clean_runs_and_rejects_a_bad_policy(tmp_path, tiny, embed_cache):
     src = tmp_path / "reviewed.parquet"
     write_records(src, rows)
     params = tmp_path / "params.yaml"
-    params.write_text("seed: 3\nclean:\n  policy: send_back\n  folds: 3\n")
+    write_params(params, seed=3, clean={"policy": "send_back", "folds": 3})
     out = tmp_path / "cleaned.parquet"
     args = [
         "clean",

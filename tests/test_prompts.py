@@ -16,7 +16,7 @@ import yaml
 
 from clariedge import prompts
 from clariedge.prompts import PromptError, get_prompt, load_prompt, messages_hash, parse_answer, validate_json
-from clariedge.synthesize import DEFAULT_PROMPTS, SynthesizeConfig
+from clariedge.synthesize import PROMPT_TASKS, SynthesizeConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAPSHOTS = Path(__file__).parent / "snapshots" / "prompts"
@@ -33,7 +33,7 @@ def _snapshot_text(name: str) -> str:
 
 
 def test_the_expected_prompts_are_bundled() -> None:
-    for name in (*DEFAULT_PROMPTS.values(), "judge_clarification.v1"):
+    for name in (*(f"{task}.v1" for task in PROMPT_TASKS), "judge_clarification.v1"):
         assert name in NAMES
 
 
@@ -178,4 +178,7 @@ def test_params_yaml_picks_existing_prompt_versions() -> None:
     for name in cfg.prompts.values():
         assert get_prompt(name).name == name
     with pytest.raises(ValueError, match="unknown task"):
-        SynthesizeConfig.model_validate({"prompts": {"ambigous_dialog": "x.v1"}})
+        SynthesizeConfig.model_validate({**section, "prompts": {**section["prompts"], "ambigous_dialog": "x.v1"}})
+    without_clear = {k: v for k, v in section["prompts"].items() if k != "clear"}
+    with pytest.raises(ValueError, match=r"no prompt for task\(s\) \['clear'\]"):
+        SynthesizeConfig.model_validate({**section, "prompts": without_clear})

@@ -8,6 +8,7 @@ from collections import Counter
 
 import pytest
 import yaml
+from conftest import params_section, write_params
 from make_examples import tiny_examples
 
 from clariedge.chat_format import build_messages, target_json
@@ -30,7 +31,7 @@ def rows():
 
 
 def test_splits_are_grouped_and_stratified(rows):
-    splits, stats = transform(rows, PublishConfig(), rng=random.Random(3))
+    splits, stats = transform(rows, params_section("publish"), rng=random.Random(3))
     convs = {s: {ex.conversation_id for ex in splits[s]} for s in SPLITS}
     assert not convs["train"] & convs["validation"]
     assert not convs["train"] & convs["test"]
@@ -50,9 +51,9 @@ def test_splits_are_grouped_and_stratified(rows):
 
 
 def test_assignment_is_seeded(rows):
-    a, _ = transform(rows, PublishConfig(), rng=random.Random(1))
-    b, _ = transform(rows, PublishConfig(), rng=random.Random(1))
-    c, _ = transform(rows, PublishConfig(), rng=random.Random(2))
+    a, _ = transform(rows, params_section("publish"), rng=random.Random(1))
+    b, _ = transform(rows, params_section("publish"), rng=random.Random(1))
+    c, _ = transform(rows, params_section("publish"), rng=random.Random(2))
     ids = {s: [ex.id for ex in a[s]] for s in SPLITS}
     assert ids == {s: [ex.id for ex in b[s]] for s in SPLITS}
     assert ids != {s: [ex.id for ex in c[s]] for s in SPLITS}
@@ -62,7 +63,7 @@ def test_review_status_filter(rows):
     marked = [
         ex.model_copy(update={"review_status": "pending" if i % 10 == 0 else "unreviewed"}) for i, ex in enumerate(rows)
     ]
-    splits, stats = transform(marked, PublishConfig(), rng=random.Random(0))
+    splits, stats = transform(marked, params_section("publish"), rng=random.Random(0))
     pending = sum(1 for ex in marked if ex.review_status == "pending")
     assert stats["excluded_pending"] == pending
     assert sum(len(v) for v in splits.values()) == len(rows) - pending
@@ -70,7 +71,7 @@ def test_review_status_filter(rows):
 
 def test_ratios_are_validated(tmp_path):
     params = tmp_path / "params.yaml"
-    params.write_text("publish:\n  ratios: {train: 0.8, validation: 0.15, test: 0.15}\n")
+    write_params(params, publish={"ratios": {"train": 0.8, "validation": 0.15, "test": 0.15}})
     with pytest.raises(ConfigError, match="publish.ratios: .*sum to 1"):
         load_section(params, "publish", PublishConfig)
 
@@ -81,7 +82,13 @@ def _publish(tmp_path, rows, name: str, seed: int = 11):
         write_records(src, rows)
     d = tmp_path / name
     stats = run(
-        src, d / "clariedge", d / "parquet", d / "chat", PublishConfig(), seed=seed, stats_path=d / "publish.json"
+        src,
+        d / "clariedge",
+        d / "parquet",
+        d / "chat",
+        params_section("publish"),
+        seed=seed,
+        stats_path=d / "publish.json",
     )
     return d, stats
 
@@ -203,7 +210,7 @@ def test_cli_publish(tmp_path, rows):
     src = tmp_path / "cleaned.parquet"
     write_records(src, rows)
     params = tmp_path / "params.yaml"
-    params.write_text("seed: 5\npublish:\n  ratios: {train: 0.8, validation: 0.1, test: 0.1}\n")
+    write_params(params, seed=5, publish={"ratios": {"train": 0.8, "validation": 0.1, "test": 0.1}})
     res = CliRunner().invoke(
         app,
         [
@@ -224,5 +231,6 @@ def test_cli_publish(tmp_path, rows):
     assert res.exit_code == 0, res.output
     stats = json.loads((tmp_path / "publish.json").read_text())
     assert abs(stats["rows"]["train"] / len(rows) - 0.8) < 0.03
-    missing = CliRunner().invoke(app, ["publish", str(tmp_path / "nope.parquet"), "--params", str(params)])
+    paths = ["-o", str(tmp_path / "ds2"), "--parquet-dir", str(tmp_path / "pq2"), "--chat-dir", str(tmp_path / "c2")]
+    missing = CliRunner().invoke(app, ["publish", str(tmp_path / "nope.parquet"), *paths, "--params", str(params)])
     assert missing.exit_code == 1 and "nope.parquet" in missing.output

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import params_section, write_params
 from review_examples import make_examples
 from typer.testing import CliRunner
 
@@ -15,7 +16,7 @@ from clariedge.cli import app
 from clariedge.io import read_records, write_records
 from clariedge.schema import Example
 
-CFG = R.ReviewConfig(mode="argilla", min_submitted=2)
+CFG = params_section("review", mode="argilla", min_submitted=2)
 
 
 def _resp(annotator: str, status: str = "submitted", **values) -> dict:
@@ -163,7 +164,7 @@ def test_to_annotation_converts_values_and_ignores_junk() -> None:
 # ---- transform --------------------------------------------------------------------------------
 def test_mode_none_passes_everything_through_unreviewed() -> None:
     exs = make_examples(8)
-    out, disc, stats = R.transform(exs, [], R.ReviewConfig())
+    out, disc, stats = R.transform(exs, [], params_section("review"))
     assert [e.id for e in out] == sorted(e.id for e in exs)
     assert {e.review_status for e in out} == {"unreviewed"} and disc == []
     assert {e.id: e.target for e in out} == {e.id: e.target for e in exs}
@@ -279,7 +280,7 @@ def test_run_mode_none_writes_outputs(tmp_path: Path) -> None:
     stats = R.run(
         src,
         tmp_path / "reviewed.parquet",
-        R.ReviewConfig(),
+        params_section("review"),
         snapshot_path=tmp_path / "snap.jsonl",
         discarded_path=tmp_path / "disc.parquet",
         stats_path=tmp_path / "review.json",
@@ -289,7 +290,7 @@ def test_run_mode_none_writes_outputs(tmp_path: Path) -> None:
     assert (tmp_path / "snap.jsonl").read_text() == ""
     assert json.loads((tmp_path / "review.json").read_text())["unreviewed"] == 6
     before = (tmp_path / "reviewed.parquet").read_bytes()
-    R.run(src, tmp_path / "reviewed.parquet", R.ReviewConfig())
+    R.run(src, tmp_path / "reviewed.parquet", params_section("review"))
     assert (tmp_path / "reviewed.parquet").read_bytes() == before
 
 
@@ -299,7 +300,7 @@ def test_import_mode_reads_an_export_and_reports_a_missing_one(tmp_path: Path) -
     export.mkdir()
     ans = [{"value": exs[0].category, "user_id": u, "status": "submitted"} for u in ("u1", "u2")]
     (export / "records.json").write_text(json.dumps([{"id": exs[0].id, "responses": {"category": ans}}]))
-    cfg = R.ReviewConfig(mode="import", import_path=str(export))
+    cfg = params_section("review", mode="import", import_path=str(export))
     src = tmp_path / "in.parquet"
     write_records(src, exs)
     stats = R.run(src, tmp_path / "out.parquet", cfg)
@@ -310,13 +311,14 @@ def test_import_mode_reads_an_export_and_reports_a_missing_one(tmp_path: Path) -
 
 def test_send_back_is_a_no_op_offline() -> None:
     exs = make_examples(2)
-    assert R.send_back(exs, {exs[0].id: 0.1}, R.ReviewConfig())["sent"] == 0
+    assert R.send_back(exs, {exs[0].id: 0.1}, params_section("review"))["sent"] == 0
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     src = tmp_path / "in.parquet"
     write_records(src, make_examples(2))
-    monkeypatch.chdir(tmp_path)  # no params.yaml here: the defaults apply
+    write_params(tmp_path / "params.yaml")
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ARGILLA_API_URL", "http://127.0.0.1:9")  # nothing listens on the discard port
     monkeypatch.setenv("ARGILLA_API_KEY", "owner.apikey")
     result = CliRunner().invoke(app, ["review", "push", str(src)])
@@ -346,7 +348,7 @@ def test_import_mode_reads_a_pulled_snapshot_with_discards(tmp_path: Path) -> No
     assert R.read_export(snap) == sorted(rows, key=lambda r: r["record_id"])
     src = tmp_path / "in.parquet"
     write_records(src, exs)
-    stats = R.run(src, tmp_path / "out.parquet", R.ReviewConfig(mode="import", import_path=str(snap)))
+    stats = R.run(src, tmp_path / "out.parquet", params_section("review", mode="import", import_path=str(snap)))
     assert (stats["discarded"], stats["pending"]) == (1, 1)
     snap.write_text('{"record_id": "x"}\nnot json\n')
     with pytest.raises(R.ReviewError, match=r"snap.jsonl:2: not valid JSON"):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import params_section, write_params
 from review_examples import make_examples
 from typer.testing import CliRunner
 
@@ -56,7 +57,9 @@ def server() -> str:
 def cfg(server: str):
     """A config for a fresh dataset of its own; the test's datasets are deleted afterwards."""
     base = f"pytest-{uuid.uuid4().hex[:8]}"
-    yield R.ReviewConfig(mode="argilla", dataset=base, api_url=server, api_key=KEY, batch_size=50, min_submitted=2)
+    yield params_section(
+        "review", mode="argilla", dataset=base, api_url=server, api_key=KEY, batch_size=50, min_submitted=2
+    )
     owner = httpx.Client(base_url=server, headers={"X-Argilla-Api-Key": KEY}, timeout=30)
     for ds in owner.get("/api/v1/me/datasets").json()["items"]:
         if ds["name"].startswith(base):
@@ -257,7 +260,7 @@ def test_browser_annotator_corrects_a_clarification(cfg: R.ReviewConfig, tmp_pat
 
     # `clariedge review pull` returns the annotator's corrected question
     params = tmp_path / "params.yaml"
-    params.write_text(f"review:\n  mode: argilla\n  dataset: {cfg.dataset}\n  min_submitted: 2\n")
+    write_params(params, review={"mode": "argilla", "dataset": cfg.dataset, "min_submitted": 2})
     src, out = tmp_path / "in.parquet", tmp_path / "out.parquet"
     write_records(src, [ex])
     monkeypatch.setenv("ARGILLA_API_URL", cfg.api_url)

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import params_section, write_params
 from openai_stub import Behaviour, OpenAIStub
 
 from clariedge import ingest, synthesize
 from clariedge.io import read_records
-from clariedge.llm import OpenAIConfig
 from clariedge.prompts import get_prompt, messages_hash
 from clariedge.schema import CATEGORIES, Example, SeedTurn
 from clariedge.synthesize import SynthesizeConfig
@@ -45,7 +45,9 @@ def stub():
 def _cfg(stub: OpenAIStub, **kw) -> SynthesizeConfig:
     openai = {"base_url": stub.base_url, "model": "stub-model", "backoff_base_s": 0.01, "max_retries": 1}
     openai.update(kw.pop("openai", {}))
-    return SynthesizeConfig(backend="openai", openai=OpenAIConfig(**openai), **{"max_seeds": 12, **kw})
+    return params_section(
+        "synthesize", backend="openai", openai=params_section("synthesize.openai", **openai), **{"max_seeds": 12, **kw}
+    )
 
 
 def _run(seeds_path: Path, out: Path, cfg: SynthesizeConfig, seed: int = 7) -> dict:
@@ -139,7 +141,7 @@ def test_clarification_pass_rewords_ambiguous_rows(stub: OpenAIStub, seeds_path:
 
 
 def test_construct_backend_through_the_stage(seeds_path: Path, tmp_path: Path) -> None:
-    cfg = SynthesizeConfig(max_seeds=40)
+    cfg = params_section("synthesize", backend="construct", max_seeds=40)
     a = synthesize.run(seeds_path, tmp_path / "a.parquet", tmp_path / "a.jsonl", tmp_path / "a.json", cfg, seed=3,
                        cache_path=tmp_path / "cache" / "llm.sqlite", progress=False)  # fmt: skip
     synthesize.run(seeds_path, tmp_path / "b.parquet", tmp_path / "b.jsonl", tmp_path / "b.json", cfg, seed=3,
@@ -224,7 +226,7 @@ def test_killed_run_resumes_from_cache_and_never_writes_the_key(seeds_path: Path
 
 
 def test_cli_errors_are_one_line(tmp_path: Path, seeds_path: Path) -> None:
-    (tmp_path / "params.yaml").write_text("synthesize:\n  backend: openai\n  tempreature: 1\n", encoding="utf-8")
+    write_params(tmp_path / "params.yaml", synthesize={"backend": "openai", "tempreature": 1})
     r = subprocess.run(
         [
             sys.executable,
@@ -232,6 +234,10 @@ def test_cli_errors_are_one_line(tmp_path: Path, seeds_path: Path) -> None:
             "clariedge.cli",
             "synthesize",
             str(seeds_path),
+            "-o",
+            "candidates.parquet",
+            "--cache",
+            "llm.sqlite",
             "--params",
             str(tmp_path / "params.yaml"),
         ],
@@ -248,7 +254,7 @@ def test_plan_draws_settings_and_fractional_counts_from_the_seed(seeds_path: Pat
 
     seeds = read_records(seeds_path, SeedTurn)
     counts = {"ambiguous_dialog": 0, "ambiguous_documents": 1, "clear": 0.5, "hard_negative": 2}
-    cfg = SynthesizeConfig(backend="openai", counts=counts)
+    cfg = params_section("synthesize", backend="openai", counts=counts)
     prompts = {t: get_prompt(n) for t, n in cfg.prompts.items()}
 
     def plan(seed: int) -> list[str]:

@@ -9,9 +9,28 @@ import random
 from pathlib import Path
 
 import pytest
+from conftest import params_section
 
 from clariedge.schema import Document, Example, Message, Provenance
-from clariedge.training.train import TrainConfig, VariantSettings, length_grouped_batches, select_rows
+from clariedge.training.train import (
+    LoraSettings,
+    TrainConfig,
+    VariantSettings,
+    length_grouped_batches,
+    select_rows,
+)
+
+# The few-step training test's loss bound was set with adapters on every layer's attention only and an
+# unweighted first answer token (the code's former defaults); it keeps them instead of params.yaml's.
+SMALL_LORA = {"target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"], "top_layers": None}
+
+
+def train_cfg(**overrides) -> TrainConfig:
+    return params_section("train", **overrides)
+
+
+def lora_cfg(**overrides) -> LoraSettings:
+    return params_section("train.lora", **overrides)
 
 
 def _ex(
@@ -52,23 +71,21 @@ def tok(base_model_dir: Path):
 
 # ---- pure parts ------------------------------------------------------------------------------------
 def test_variant_overrides_and_unknown_names() -> None:
-    cfg = TrainConfig(
-        variants={"default": VariantSettings(), "nohn": VariantSettings(drop_categories=["hard_negative"])}
-    )
+    cfg = train_cfg(variants={"default": VariantSettings(), "nohn": VariantSettings(drop_categories=["hard_negative"])})
     assert cfg.for_variant("default").drop_categories == []
     assert cfg.for_variant("nohn").drop_categories == ["hard_negative"]
     with pytest.raises(ValueError, match="no variant 'x'"):
         cfg.for_variant("x")
-    bad = TrainConfig(variants={"v": VariantSettings(drop_categories=["hard_negatives"])})
+    bad = train_cfg(variants={"v": VariantSettings(drop_categories=["hard_negatives"])})
     with pytest.raises(ValueError, match="unknown categories"):
         bad.for_variant("v")
 
 
 def test_select_rows_drops_categories_and_caps() -> None:
     rows = TOY + [_ex(10 + i, "hard_negative", f"does it support json {i}?") for i in range(4)]
-    kept, stats = select_rows(rows, TrainConfig(drop_categories=["hard_negative"]), random.Random(0))
+    kept, stats = select_rows(rows, train_cfg(drop_categories=["hard_negative"]), random.Random(0))
     assert {r.category for r in kept} == {"clear", "ambiguous_dialog"} and stats["dropped_categories"] == 4
-    kept, stats = select_rows(rows, TrainConfig(max_rows=4), random.Random(0))
+    kept, stats = select_rows(rows, train_cfg(max_rows=4), random.Random(0))
     assert len(kept) == 4 and stats["dropped_max_rows"] == 4
     assert {r.category for r in kept} == {"clear", "ambiguous_dialog", "hard_negative"}
 
@@ -156,18 +173,16 @@ def test_middle_cut_keeps_the_whole_instruction(tok) -> None:
 
 
 def test_lora_layer_choice() -> None:
-    from pydantic import ValidationError
+    from clariedge.config import ConfigError
 
-    from clariedge.training.train import LoraSettings
-
-    assert LoraSettings().layers(30) is None
-    assert LoraSettings(top_layers=10).layers(30) == list(range(20, 30))
-    assert LoraSettings(top_layers=40).layers(30) is None
-    assert LoraSettings(layers_to_transform=[0, 5]).layers(30) == [0, 5]
+    assert lora_cfg(top_layers=None).layers(30) is None
+    assert lora_cfg(top_layers=10).layers(30) == list(range(20, 30))
+    assert lora_cfg(top_layers=40).layers(30) is None
+    assert lora_cfg(top_layers=None, layers_to_transform=[0, 5]).layers(30) == [0, 5]
     with pytest.raises(ValueError, match="out of range"):
-        LoraSettings(layers_to_transform=[31]).layers(30)
-    with pytest.raises(ValidationError, match="not both"):
-        LoraSettings(top_layers=2, layers_to_transform=[1])
+        lora_cfg(top_layers=None, layers_to_transform=[31]).layers(30)
+    with pytest.raises(ConfigError, match="not both"):
+        lora_cfg(top_layers=2, layers_to_transform=[1])
 
 
 @pytest.mark.slow
@@ -276,9 +291,9 @@ def test_frozen_bottom_cache_equals_plain_forward(base_model_dir: Path, tok) -> 
 @pytest.mark.slow
 def test_few_steps_lower_the_loss_resume_and_reload(base_model_dir: Path, tmp_path: Path) -> None:
     from clariedge.training.infer import Clarifier, parse_answer
-    from clariedge.training.train import LoraSettings, train
+    from clariedge.training.train import train
 
-    cfg = TrainConfig(
+    cfg = train_cfg(
         lr=2e-3,
         epochs=50,
         max_steps=6,
@@ -287,7 +302,8 @@ def test_few_steps_lower_the_loss_resume_and_reload(base_model_dir: Path, tmp_pa
         save_every=100,
         warmup_ratio=0.0,
         checkpoint_dir=str(tmp_path / "ckpt"),
-        lora=LoraSettings(r=8, alpha=16, dropout=0.0),
+        decision_weight=1.0,
+        lora=lora_cfg(r=8, alpha=16, dropout=0.0, **SMALL_LORA),
     )
     out = tmp_path / "adapter"
     first = train(TOY, base_model_dir, out, cfg, seed=3, progress=False, stop_after=3)
@@ -338,9 +354,9 @@ def test_checkpoint_fingerprint_holds_the_resolved_precision() -> None:
     from clariedge.training.train import _fingerprint
 
     rows, base = TOY, Path("models/base")
-    auto = TrainConfig(precision="auto")
+    auto = train_cfg(precision="auto")
     # `auto` resolved to bf16 on one machine and to fp32 on another: no resume across them
     assert _fingerprint(auto, rows, base, use_bf16=True) != _fingerprint(auto, rows, base, use_bf16=False)
     # the same resolved precision however it was asked for
-    assert _fingerprint(auto, rows, base, True) == _fingerprint(TrainConfig(precision="bf16"), rows, base, True)
-    assert _fingerprint(auto, rows, base, True) != _fingerprint(TrainConfig(lr=5e-4), rows, base, True)
+    assert _fingerprint(auto, rows, base, True) == _fingerprint(train_cfg(precision="bf16"), rows, base, True)
+    assert _fingerprint(auto, rows, base, True) != _fingerprint(train_cfg(lr=5e-4), rows, base, True)

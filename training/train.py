@@ -55,14 +55,14 @@ log = logging.getLogger(__name__)
 
 
 class LoraSettings(StageConfig):
-    r: int = Field(16, ge=1)
-    alpha: int = Field(32, ge=1)
-    dropout: float = Field(0.05, ge=0.0, lt=1.0)
-    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    r: int = Field(ge=1)
+    alpha: int = Field(ge=1)
+    dropout: float = Field(ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(min_length=1)
     # adapters in the last N decoder layers only (None: every layer): backward then stops N layers down,
     # a third less compute at N = half the layers; `layers_to_transform` names the layers instead
-    top_layers: int | None = Field(None, ge=1)
-    layers_to_transform: list[int] | None = None
+    top_layers: int | None = Field(ge=1)
+    layers_to_transform: list[int] | None
 
     @model_validator(mode="after")
     def _one_layer_choice(self) -> LoraSettings:
@@ -83,7 +83,8 @@ class LoraSettings(StageConfig):
 
 
 class VariantSettings(StageConfig):
-    """What a named variant may change (everything else comes from the `train` section)."""
+    """What a named variant may change (everything else comes from the `train` section). These are
+    overrides, not defaults: a key left out (None) keeps the `train` section's value."""
 
     drop_categories: list[str] | None = None
     lr: float | None = None
@@ -93,29 +94,29 @@ class VariantSettings(StageConfig):
 
 
 class TrainConfig(StageConfig):
-    lora: LoraSettings = LoraSettings()
-    lr: float = Field(2e-4, gt=0)
-    weight_decay: float = 0.0
-    warmup_ratio: float = Field(0.05, ge=0, lt=1)
-    epochs: float = Field(1.0, gt=0)
-    max_steps: int | None = Field(None, ge=1, description="cap on optimizer steps (a time budget)")
-    batch_size: int = Field(8, ge=1)
-    grad_accum: int = Field(1, ge=1)
-    max_length: int = Field(384, ge=32)
-    max_rows: int | None = Field(None, ge=1, description="cap on training rows (stratified by category)")
-    decision_weight: float = Field(1.0, ge=0, description="loss weight of the first answer token (CLEAR vs ask)")
+    lora: LoraSettings
+    lr: float = Field(gt=0)
+    weight_decay: float = Field(ge=0)
+    warmup_ratio: float = Field(ge=0, lt=1)
+    epochs: float = Field(gt=0)
+    max_steps: int | None = Field(ge=1, description="cap on optimizer steps (a time budget)")
+    batch_size: int = Field(ge=1)
+    grad_accum: int = Field(ge=1)
+    max_length: int = Field(ge=32)
+    max_rows: int | None = Field(ge=1, description="cap on training rows (stratified by category)")
+    decision_weight: float = Field(ge=0, description="loss weight of the first answer token (CLEAR vs ask)")
     frozen_cache: bool = Field(
-        True, description="run the adapter-free bottom layers once per row and reuse their output every epoch"
+        description="run the adapter-free bottom layers once per row and reuse their output every epoch"
     )
-    calibrate: bool = Field(True, description="pick the decision threshold on the validation split after training")
-    calibrate_rows: int | None = Field(None, ge=1, description="validation rows used for calibration (None: all)")
-    drop_categories: list[str] = Field(default_factory=list)
-    save_every: int = Field(25, ge=1, description="checkpoint every N optimizer steps")
-    checkpoint_dir: str = "cache/train"
-    precision: Precision = "auto"
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (None: all cores)")
-    log_every: int = Field(5, ge=1)
-    variants: dict[str, VariantSettings] = Field(default_factory=lambda: {"default": VariantSettings()})
+    calibrate: bool = Field(description="pick the decision threshold on the validation split after training")
+    calibrate_rows: int | None = Field(ge=1, description="validation rows used for calibration (None: all)")
+    drop_categories: list[str]
+    save_every: int = Field(ge=1, description="checkpoint every N optimizer steps")
+    checkpoint_dir: str
+    precision: Precision
+    threads: int | None = Field(ge=1, description="torch CPU threads (None: all cores)")
+    log_every: int = Field(ge=1)
+    variants: dict[str, VariantSettings] = Field(min_length=1)
 
     def for_variant(self, name: str) -> TrainConfig:
         """This config with the named variant's overrides applied."""

@@ -133,13 +133,21 @@ class Pools:
 
 
 def make_pools() -> Pools:
-    """Ingest the bundled sample, run the construct backend on 8 seed turns, keep what the filter keeps."""
+    """Ingest the bundled sample, run the construct backend on 24 seed turns, keep what the filter keeps."""
     from clariedge import filter as F
     from clariedge import ingest, synthesize
 
     seeds, _, _ = ingest.transform([SAMPLE])
-    rows, _, _ = synthesize.transform(seeds, synthesize.SynthesizeConfig(max_seeds=8), rng=random.Random(1))
-    fcfg = F.FilterConfig.model_validate({**base_params()["filter"], "separability": False})
+    rows, _, _ = synthesize.transform(
+        seeds,
+        synthesize.SynthesizeConfig.model_validate({**base_params()["synthesize"], "max_seeds": 24}),
+        rng=random.Random(1),
+    )
+    # the project's own filter, near-duplicates included (no cache file): the good rows must survive any case's
+    # params, also those that switch de-duplication back on
+    project = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))["filter"]
+    dedup = {**project["dedup"], "enabled": True, "cache": None}
+    fcfg = F.FilterConfig.model_validate({**project, "dedup": dedup, "separability": False})
     kept, _, _ = F.transform([r.model_dump(mode="json") for r in rows], fcfg, rng=random.Random(1))
     kept = sorted(kept, key=lambda e: e.id)
     if len(kept) < 14:

@@ -206,7 +206,8 @@ def argilla_stop_mid_push(workdir: Path, n: int = 300, batch: int = 50) -> dict[
     d.mkdir(parents=True, exist_ok=True)
     script = ["bash", str(ROOT / "scripts" / "argilla.sh")]
     name = f"resilience-{uuid.uuid4().hex[:8]}"
-    cfg = R.ReviewConfig(mode="argilla", dataset=name, api_url=ARGILLA_URL, api_key=ARGILLA_KEY, batch_size=batch)
+    over = {"mode": "argilla", "dataset": name, "api_url": ARGILLA_URL, "api_key": ARGILLA_KEY, "batch_size": batch}
+    cfg = R.ReviewConfig.model_validate({**base_params()["review"], **over})
     exs = make_examples(n)
     out: dict[str, Any] = {"records": n, "batch_size": batch}
 
