@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import random
 from collections import Counter, defaultdict
+from pathlib import Path
 from typing import Any
 
-from clariedge.construct.checks import EmbedFn, SenseJudge, topic_terms
+from clariedge.construct.checks import EmbedFn, build_checker, gold_precision
 from clariedge.construct.clear import _clear_rows
-from clariedge.construct.config import ConstructConfig
+from clariedge.construct.config import METHODS, ConstructConfig
 from clariedge.construct.core import _Ctx, _Emitter
 from clariedge.construct.dialog import _dialog_rows
 from clariedge.construct.entities import _build_entities
@@ -31,8 +33,9 @@ def construct(
         by_conv[s.conversation_id].append(s)
     groups, docs_by_title = _build_entities(seeds)
     ctx = _Ctx(seeds=seeds, cfg=cfg, rng=rng, by_conv=by_conv, groups=groups, docs_by_title=docs_by_title)
-    ctx.judge = SenseJudge(docs_by_title, **cfg.checks.model_dump(exclude={"topic_max_share"}), embed_fn=embed_fn)
-    ctx.topic_terms, ctx.generic = _topics(by_conv, cfg.checks.topic_max_share)
+    ctx.checker = build_checker(
+        _conversation_texts(by_conv), docs_by_title, **cfg.checks.model_dump(), embed_fn=embed_fn
+    )
     hosts = [s for s in seeds if len(s.messages) >= 2]
     ctx.doc_hosts = [s for s in hosts if s.documents]
     out: list[Example] = []
@@ -49,19 +52,28 @@ def construct(
         rows = _length_match(rows, ctx)
     rows.sort(key=lambda e: (e.conversation_id, e.provenance.seed_id, e.category, e.setting, e.id))
     stats = _stats(rows, ctx, len(seeds), cfg)
+    if cfg.gold:
+        stats["gold_precision"] = _score_gold(ctx, Path(cfg.gold))
     return rows, ctx.rejects, stats
 
 
-def _topics(by_conv: dict[str, list[SeedTurn]], max_share: float) -> tuple[dict[str, frozenset[str]], frozenset[str]]:
-    """Each conversation's terms (dialog + passages), and the terms too common across conversations to name a topic."""
-    topic = {}
+def _score_gold(ctx: _Ctx, path: Path) -> dict[str, Any]:
+    """The meaning checks on the hand-labelled gold rows (precision of "ask" and "answer" per method)."""
+    if not path.exists():
+        raise FileNotFoundError(f"synthesize.construct.gold: {path} does not exist (set it to null to skip the score)")
+    gold = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert ctx.checker is not None
+    return gold_precision(ctx.checker, gold, METHODS)
+
+
+def _conversation_texts(by_conv: dict[str, list[SeedTurn]]) -> dict[str, list[str]]:
+    """Each conversation's texts: its longest dialog's messages and every passage its turns retrieved (without
+    titles, whose capitals say nothing about names)."""
+    out = {}
     for conv, turns in by_conv.items():
         last = max(turns, key=lambda s: s.turn)
-        texts = [m.content for m in last.messages] + [d.title + " " + d.text for s in turns for d in s.documents]
-        topic[conv] = frozenset().union(*(topic_terms(t) for t in texts))
-    df = Counter(t for ts in topic.values() for t in ts)
-    limit = max(2, int(max_share * len(topic)))
-    return topic, frozenset(t for t, n in df.items() if n > limit)
+        out[conv] = [m.content for m in last.messages] + [d.text for s in turns for d in s.documents]
+    return out
 
 
 _LENGTH_BINS = (0, 4, 6, 8, 10, 12, 15, 19, 25, 10_000)

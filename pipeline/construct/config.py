@@ -39,19 +39,28 @@ DEFAULT_PER_SEED: dict[str, int] = {
 
 
 class CheckConfig(StageConfig):
-    """Thresholds of the meaning checks (`checks.SenseJudge`), calibrated on tests/data/gold_labels.jsonl."""
+    """Thresholds of the meaning checks (`checks.verify`), calibrated on tests/data/gold_labels.jsonl."""
 
     ask_max_margin: float = Field(
-        0.1, ge=0.0, le=2.0, description="MiniLM margin between senses below which a cue-free turn is open"
+        0.1, ge=0.0, le=2.0, description="MiniLM margin between senses below which a turn is open"
     )
     answer_min_margin: float = Field(
-        0.15, ge=0.0, le=2.0, description="margin from which the nearest sense is the one meant"
+        0.18, ge=0.0, le=2.0, description="margin from which the nearest sense is the one meant"
     )
     cue_min_margin: float = Field(
-        0.03, ge=0.0, le=2.0, description="a lexical cue stands when its sense is also the nearest by this margin"
+        0.06, ge=0.0, le=2.0, description="a lexical cue stands when its sense is also the nearest by this margin"
     )
     topic_max_share: float = Field(
-        0.1, ge=0.0, le=1.0, description="a term in more than this share of conversations is generic, not a topic name"
+        0.1, ge=0.0, le=1.0, description="a name in more than this share of conversations is generic, not a topic name"
+    )
+    rare_max_share: float = Field(
+        0.075,
+        ge=0.0,
+        le=1.0,
+        description="a word in at most this share of conversations tells its topic (two of them do)",
+    )
+    dialog_max_similarity: float = Field(
+        0.5, ge=-1.0, le=1.0, description="an open turn this close (MiniLM) to the shown dialog may be resolved by it"
     )
 
 
@@ -83,6 +92,9 @@ class ConstructConfig(StageConfig):
         1.5, ge=0.0, description="keep rate per length bin = min(1, slack * other share / clear share)"
     )
     checks: CheckConfig = Field(default_factory=CheckConfig)
+    gold: str | None = Field(
+        None, description="hand-labelled rows (JSONL) the checks are scored on in the stats (null: not scored)"
+    )
     separability: bool = Field(True, description="compute the shallow-separability report (sklearn)")
     separability_folds: int = Field(5, ge=2)
 

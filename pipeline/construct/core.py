@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from clariedge.construct.checks import SenseJudge
+from clariedge.construct.checks import RowChecker, SenseJudge, verify
 from clariedge.construct.config import GENERATOR, METHODS, ConstructConfig
 from clariedge.construct.entities import Entity
 from clariedge.construct.text import Anchor, mentions_any, referent_terms, terms
@@ -32,9 +32,12 @@ class _Ctx:
     rejects: Rejects = field(default_factory=Rejects)
     counts: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
-    judge: SenseJudge | None = None  # the sense check over `docs_by_title` (set by `build.construct`)
-    topic_terms: dict[str, frozenset[str]] = field(default_factory=dict)  # conversation -> its terms
-    generic: frozenset[str] = frozenset()  # terms of many conversations: no topic's name
+    checker: RowChecker | None = None  # the meaning checks over this corpus (set by `build.construct`)
+
+    @property
+    def judge(self) -> SenseJudge:
+        assert self.checker is not None
+        return self.checker.judge
 
 
 TOPIC_SWITCHES = frozenset({"Different question: ", "Unrelated, but ", "Changing the subject, ", "Something else: "})
@@ -133,7 +136,9 @@ class _Emitter:
         resolution: str | None = None,
         template: str = "",
         surface: bool = True,
+        senses: Sequence[str] = (),
     ) -> Example | None:
+        """Build, validate and check one row; `senses`: titles of the same-name entities the turn is about."""
         if setting not in self.ctx.cfg.settings:
             return None
         tags: list[str] = []
@@ -161,6 +166,14 @@ class _Emitter:
         problem = contradiction(ex, self.seed)
         if problem:
             self.ctx.rejects.add("contradicts_label", self.seed.id, f"{method}: {problem}", ex.last_turn)
+            return None
+        # the meaning check: would a careful reader give this row the label its method claims?
+        claim = "ask" if ex.needs_clarification else "answer"
+        assert self.ctx.checker is not None
+        verdict = verify(self.ctx.checker, claim, [(m.role, m.content) for m in ex.messages], ex.documents, senses)
+        if verdict.label != claim:
+            reason = "reader_disagrees" if verdict.label in ("ask", "answer") else "reader_unsure"
+            self.ctx.rejects.add(reason, self.seed.id, f"{method}: {verdict.reason} {list(verdict.cues)}", ex.last_turn)
             return None
         self.out.append(ex)
         self.ctx.counts[method] += 1

@@ -3,7 +3,6 @@ dialog), `ad_cut_before_referent` (dialog cut before the referent), `ad_stitched
 
 from __future__ import annotations
 
-from clariedge.construct.checks import names_own_topic
 from clariedge.construct.core import _Ctx, _cut_dialog, _docs, _Emitter, _pick_host, _want
 from clariedge.construct.text import anchored_referent, find_anchor, mentions_any, referent_terms
 from clariedge.construct.wording import clarify_dialog
@@ -34,11 +33,6 @@ def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
             resolution=seed.rewrite,
             template=f"anchor.{anchor.kind}",
         )
-    # without its referent, the turn must not name its topic by itself ("when did they bring out the e-type?")
-    named = names_own_topic(seed.last_turn, ctx.topic_terms.get(seed.conversation_id, frozenset()), ctx.generic)
-    if named:
-        ctx.rejects.add("names_own_topic", seed.id, named, seed.last_turn)
-        return
     if _want(ctx, "ad_cut_before_referent"):
         cut = _cut_dialog(history, ref)
         docs = _referent_free_docs(seed, ref, len(cut), ctx)

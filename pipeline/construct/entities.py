@@ -231,3 +231,42 @@ def _build_entities(seeds: Sequence[SeedTurn]) -> tuple[dict[str, dict[str, Enti
             groups[e.key].setdefault(e.modifier.lower(), e)
     colliding = {k: v for k, v in groups.items() if len(v) >= 2}
     return colliding, {t: [docs[k] for k in sorted(docs)] for t, docs in docs_by_title.items()}
+
+
+def class_noun(entity: Entity) -> str | None:
+    """The class a title's disambiguator names ("planet", "programming language", "U.S. state"), else None
+    (names and qualifiers: "Arizona, NFL", "fixed-rate", "Roth")."""
+    dis, head = entity.modifier, entity.head
+    if entity.kind != "paren" or "," in dis or "-" in dis or not any(w[:1].islower() for w in dis.split()):
+        return None
+    if " " in head or not head[:1].isupper():
+        return None  # "Building permit (residential)": a qualifier of a common noun, not a class of a name
+    return dis
+
+
+def to_class(question: str, entity: Entity) -> str | None:
+    """Replace the precise name by its class: "How far is the planet Mercury from the Sun?" -> "How far is the
+    planet from the Sun?" (a member of a class left unnamed), or None when the question has no precise mention,
+    names the entity elsewhere, or already uses the class noun."""
+    cls = class_noun(entity)
+    if cls is None or terms(cls) & terms(_strip_mentions(question, entity)):
+        return None
+    for pat in entity.patterns():
+        m = pat.search(question)
+        if not m or _inside_name(question[: m.start()]):
+            continue
+        before = words(question[: m.start()])[-1:]
+        det = "" if before and before[0] in ("the", *_POSSESSIVES) else "the "
+        out = re.sub(r"\s+", " ", question[: m.start()] + det + cls + question[m.end() :]).strip()
+        if m.start() == 0 and question[:1].isupper():
+            out = out[:1].upper() + out[1:]
+        if terms(entity.head) & terms(out) or entity.mentioned_in(out):
+            return None
+        return out
+    return None
+
+
+def _strip_mentions(question: str, entity: Entity) -> str:
+    for pat in entity.patterns():
+        question = pat.sub(" ", question)
+    return question

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from clariedge.construct.checks import SenseVerdict, broken_name, still_named
+from clariedge.construct.checks import QUESTION_WORDS, SenseVerdict, broken_name, still_named
 from clariedge.construct.core import _Ctx, _cut_dialog, _docs, _Emitter, _pick_host, _want
-from clariedge.construct.entities import Entity, generalize, text_entities
+from clariedge.construct.entities import Entity, class_noun, generalize, text_entities, to_class
 from clariedge.construct.text import _DETERMINERS, Anchor, find_anchor, mentions_any, terms, words
 from clariedge.construct.wording import clarify_dialog, clarify_documents, display_head, plain_label
-from clariedge.schema import Document, SeedTurn
+from clariedge.schema import Document, Message, SeedTurn
 
 
 def _seed_entities(seed: SeedTurn, ctx: _Ctx) -> list[tuple[Entity, str]]:
@@ -61,6 +61,7 @@ def _generalized_entity_rows(
     group = ctx.groups.get(entity.key, {})
     siblings = [e for k, e in sorted(group.items()) if k != entity.modifier.lower()]
     family = [entity, *siblings]
+    senses = [e.title for e in family if e.title] if siblings else []  # what the row's meaning check reads
     history = seed.messages[:-1]
     noun_anchor = Anchor("noun", display_head(entity, ctx.docs_by_title))
     gen = f"gen.{entity.kind}.{det}"
@@ -80,7 +81,13 @@ def _generalized_entity_rows(
     others = {t.modifier.lower() for m in history for t in text_entities(m.content) if t.key == entity.key}
     if _want(ctx, "hn_generalized_in_dialog") and named == [entity] and others <= {entity.modifier.lower()}:
         em.both(
-            "hn_generalized_in_dialog", history, loose, _docs(seed.documents, ctx), resolution=question, template=gen
+            "hn_generalized_in_dialog",
+            history,
+            loose,
+            _docs(seed.documents, ctx),
+            resolution=question,
+            template=gen,
+            senses=senses,
         )
     # ambiguous in the dialog: nothing before the loose question names any entity of the family
     hidden = set().union(*(e.modifier_terms() for e in family))
@@ -89,7 +96,7 @@ def _generalized_entity_rows(
         # looks open (the name alone), but the turn's own words pick the sense: before retrieval and with
         # documents about several senses alike, a reader answers
         docs = _mixed_docs(ctx, entity, siblings, seed)[0]
-        em.both("hn_turn_resolves", unpinned, loose, docs, resolution=question, template=f"{gen}.cue")
+        em.both("hn_turn_resolves", unpinned, loose, docs, resolution=question, template=f"{gen}.cue", senses=senses)
     if _want(ctx, "ad_generalized_unpinned") and ambiguous:
         if siblings and ctx.rng.random() < 0.4:
             shown = family[: ctx.cfg.max_interpretations]
@@ -105,6 +112,7 @@ def _generalized_entity_rows(
             loose,
             clarification=clar,
             interpretations=labels,
+            senses=senses,
             template=f"{gen}.{tmpl}",
         )
     if _want(ctx, "ad_stitched") and ambiguous and ctx.rng.random() < 0.5:
@@ -114,8 +122,15 @@ def _generalized_entity_rows(
             docs = [d for d in host.documents if not mentions_any(d.title + " " + d.text, hidden)]
             docs = docs if len(docs) == len(host.documents) else []
             em.both(
-                "ad_stitched", host.messages[:-1], loose, _docs(docs, ctx), clarification=clar, template=f"{gen}.{tmpl}"
+                "ad_stitched",
+                host.messages[:-1],
+                loose,
+                _docs(docs, ctx),
+                clarification=clar,
+                template=f"{gen}.{tmpl}",
+                senses=senses,
             )
+    _class_rows(em, seed, hosts, entity, question, family, unpinned)
     own_docs = [d for d in seed.documents if d.title == entity.title] if entity.title else []
     mine = (own_docs or ctx.docs_by_title.get(entity.title, []))[:2] if entity.title else []
     if not siblings or not mine:
@@ -135,6 +150,7 @@ def _generalized_entity_rows(
             loose,
             documents=_docs(mine, ctx),
             resolution=question,
+            senses=senses,
             template=gen,
         )
     for i in range(max(_want(ctx, "adoc_entity_collision"), _want(ctx, "clear_specific_docs"))):
@@ -156,6 +172,7 @@ def _generalized_entity_rows(
                 documents=docs,
                 clarification=clar,
                 interpretations=labels,
+                senses=senses,
                 template=f"{gen}.{tmpl}",
             )
         if i < _want(ctx, "clear_specific_docs"):
@@ -165,6 +182,7 @@ def _generalized_entity_rows(
                 placed,
                 question,
                 documents=docs,
+                senses=senses,
                 template=f"specific.{entity.kind}",
             )
 
@@ -193,3 +211,61 @@ def judge_senses(ctx: _Ctx, loose: str, family: Sequence[Entity]) -> SenseVerdic
     verdict = ctx.judge.judge(loose, [e.title for e in family], terms(family[0].head))
     ctx.skipped[f"sense_check:{verdict.label}"] += 1
     return verdict
+
+
+def _class_rows(
+    em: _Emitter,
+    seed: SeedTurn,
+    hosts: list[SeedTurn],
+    entity: Entity,
+    question: str,
+    family: Sequence[Entity],
+    unpinned: Sequence[Message],
+) -> None:
+    """The name replaced by its class ("how far is the planet from the sun?"): a member of a class left unnamed.
+    Open where nothing names it (before the dialog reached it, or after another conversation); a hard negative
+    right after a dialog that named it."""
+    ctx = em.ctx
+    cls = class_noun(entity)
+    general = to_class(question, entity) if cls else None
+    if general is None or cls is None:
+        return
+    history = seed.messages[:-1]
+    anchor = Anchor("noun", cls.split()[-1])
+    tmpl = "cls"
+    # a rare word of the entity's own passages picks the member ("is the element still used in thermometers?")
+    own = terms(" ".join(d.text for d in ctx.docs_by_title.get(entity.title, [])))
+    assert ctx.checker is not None
+    cued = sorted((terms(general) - terms(cls) - QUESTION_WORDS) & own & ctx.checker.rare)
+    if _want(ctx, "hn_generalized_in_dialog") and history and any(entity.mentioned_in(m.content) for m in history[-2:]):
+        em.both(
+            "hn_generalized_in_dialog", history, general, _docs(seed.documents, ctx), resolution=question, template=tmpl
+        )
+    if cued:
+        ctx.rejects.add("class_member_cued", seed.id, f"the turn's words pick the member: {cued}", general)
+        return
+    if _want(ctx, "ad_generalized_unpinned"):
+        clar, ctmpl = clarify_dialog(anchor, ctx.rng)
+        em.emit(
+            "ad_generalized_unpinned",
+            "pre_retrieval",
+            unpinned,
+            general,
+            clarification=clar,
+            template=f"{tmpl}.{ctmpl}",
+        )
+    if _want(ctx, "ad_stitched"):
+        hidden = set().union(*(e.modifier_terms() | terms(e.head) for e in family))
+        host = _pick_host(seed, hidden, anchor, hosts, ctx, avoid=family)
+        if host is not None:
+            clar, ctmpl = clarify_dialog(anchor, ctx.rng)
+            docs = [d for d in host.documents if not mentions_any(d.title + " " + d.text, hidden)]
+            docs = docs if len(docs) == len(host.documents) else []
+            em.both(
+                "ad_stitched",
+                host.messages[:-1],
+                general,
+                _docs(docs, ctx),
+                clarification=clar,
+                template=f"{tmpl}.{ctmpl}",
+            )
