@@ -27,11 +27,14 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 
 def real_rows(mtrag: Path, seed: int):
+    from clariedge.config import load_section
     from clariedge.construct import ConstructConfig, construct
     from clariedge.ingest import transform
 
     seeds, _, _ = transform([mtrag])
-    rows, _, _ = construct(seeds, ConstructConfig(), rng=random.Random(seed))
+    rows, _, _ = construct(
+        seeds, load_section("params.yaml", "synthesize.construct", ConstructConfig), rng=random.Random(seed)
+    )
     return rows
 
 

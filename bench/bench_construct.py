@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from clariedge import ingest
+from clariedge.config import load_section
 from clariedge.construct import ConstructConfig, construct, shallow_separability
 
 
@@ -24,7 +25,7 @@ def main() -> int:
         print(f"skip: MTRAG data not found at {data}")
         return 0
     seeds, _, _ = ingest.transform([data])
-    cfg = ConstructConfig(separability=False)
+    cfg = load_section("params.yaml", "synthesize.construct", ConstructConfig, separability=False)
     runs = []
     for i in range(3):
         t0 = time.perf_counter()

@@ -28,11 +28,14 @@ def _rows(split: Path | None, n: int) -> list:
     if split and split.exists():
         rows = load_examples(split)
     else:
+        from clariedge.config import load_section
         from clariedge.construct import ConstructConfig, construct
         from clariedge.ingest import transform
 
         seeds, _, _ = transform(["data/sample"])
-        rows, _, _ = construct(seeds, ConstructConfig(), rng=random.Random(0))
+        rows, _, _ = construct(
+            seeds, load_section("params.yaml", "synthesize.construct", ConstructConfig), rng=random.Random(0)
+        )
     random.Random(0).shuffle(rows)
     return rows[:n]
 

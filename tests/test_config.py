@@ -27,10 +27,7 @@ KNOWN_DEFAULTS = {
     # not params: the CLI fills them from ARGILLA_API_URL / ARGILLA_API_KEY (None: no server)
     "ReviewConfig": {"api_url", "api_key"},
 }
-# Still to do, owned elsewhere: the construct package's configs (pipeline/construct/config.py:
-# ConstructConfig and CheckConfig, params synthesize.construct) were being split and edited by another
-# engineer when this rule landed; their defaults duplicate params.yaml and should go the same way.
-PENDING_MODULES = ("clariedge.construct",)
+PENDING_MODULES: tuple[str, ...] = ()
 
 
 def _all_stage_configs() -> list[type[StageConfig]]:

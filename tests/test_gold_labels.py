@@ -12,17 +12,16 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-import yaml
+from conftest import params_section
 
 from clariedge import ingest
-from clariedge.construct import METHODS, ConstructConfig
+from clariedge.construct import METHODS
 from clariedge.construct.checks import build_checker, gold_precision, verify
 from clariedge.schema import Document
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLD = [json.loads(line) for line in (ROOT / "tests" / "data" / "gold_labels.jsonl").open(encoding="utf-8")]
-PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))["synthesize"]["construct"]
-CFG = ConstructConfig(**PARAMS)
+CFG = params_section("synthesize.construct")
 
 
 @pytest.fixture(scope="module")

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from clariedge.construct.build import construct
 from clariedge.construct.checks import SenseJudge, SenseVerdict, broken_name, names_own_topic, still_named
-from clariedge.construct.config import DEFAULT_PER_SEED, GENERATOR, METHODS, ConstructConfig
+from clariedge.construct.config import GENERATOR, METHODS, ConstructConfig
 from clariedge.construct.core import contradiction
 from clariedge.construct.entities import Entity, entity_of_title, generalize, text_entities
 from clariedge.construct.stats import shallow_separability
@@ -48,7 +48,6 @@ from clariedge.construct.text import Anchor, find_anchor, referent_terms, stem, 
 from clariedge.construct.wording import plain_label
 
 __all__ = [
-    "DEFAULT_PER_SEED",
     "GENERATOR",
     "METHODS",
     "Anchor",
