@@ -384,11 +384,16 @@ class RowChecker:
         return float(self.judge._vec(a) @ self.judge._vec(b))
 
 
-def open_definite(turn: str, dialog: str, documents: str, heads: frozenset[str] = OPEN_HEADS) -> str | None:
+_DESCRIBED = re.compile(r"(?:est|first|last|next|same|other|main|whole|entire|only)$")
+
+
+def open_definite(
+    turn: str, dialog: str, documents: str, heads: frozenset[str] = OPEN_HEADS, names: frozenset[str] = frozenset()
+) -> str | None:
     """A definite or possessive reference to a thing of a kind ("this plan", "the capital city", "our region")
     that nothing names, or None: "the"/"this" need the dialog or the passages to name it, "our"/"my" the dialog
     (passages cannot know which region is the user's). A name or an "of" phrase right after the noun names it
-    ("the planet Mercury", "the country of Georgia")."""
+    ("the planet Mercury", "the country of Georgia"); so does a modifier that is one of `names` or a superlative."""
     said, shown = terms(dialog), terms(dialog + " " + documents)
     for m in _DEFINITE.finditer(turn):
         det, first, second = (g.lower() if g else g for g in m.groups())
@@ -396,6 +401,8 @@ def open_definite(turn: str, dialog: str, documents: str, heads: frozenset[str] 
         for noun, mod, end in ((first, None, m.end(2)), (second, first, m.end(3))):
             if not noun or stem(noun) not in heads or stem(noun) in have or (mod is not None and stem(mod) in have):
                 continue
+            if mod is not None and (stem(mod) in names or _DESCRIBED.search(mod)):
+                continue  # "the penobscot river" (a name), "the longest river" (a description that picks one)
             nxt = turn[end:].split()[:1]
             if nxt and (nxt[0][:1].isupper() or nxt[0].lower() == "of" or nxt[0][:1].isdigit()):
                 continue  # "the planet Mercury", "the country of Georgia", "the plan 2"
@@ -432,7 +439,7 @@ def verify(
     dialog, passages = " ".join(history), " ".join(d.title + " " + d.text for d in documents)
     senses = [s for s in senses if s in checker.judge.docs_by_title]
     if claim == "answer":
-        opening = open_definite(turn, dialog, passages, checker.heads)
+        opening = open_definite(turn, dialog, passages, checker.heads, checker.names)
         if opening:
             return SenseVerdict("unclear", None, f"an open reference: {opening!r}")
     if len(senses) >= 2:
@@ -456,7 +463,7 @@ def verify(
     from clariedge.construct.text import find_anchor
 
     anchor = find_anchor(turn, None)
-    definite = open_definite(turn, dialog, passages, checker.heads)
+    definite = open_definite(turn, dialog, passages, checker.heads, checker.names)
     if anchor is None and definite is None:
         return SenseVerdict("unclear", None, "nothing in the turn points outside it")
     # the turn's other words (not the open reference's own) must not name its topic
