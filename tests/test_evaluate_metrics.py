@@ -175,3 +175,21 @@ def test_best_threshold() -> None:
     t, acc = M.best_threshold([0.4, 0.6], [False, False])
     assert acc == 1.0 and t <= 0.4
     assert M.best_threshold([], []) == (0.5, 0.0)
+
+
+def test_best_threshold_for_balanced_accuracy() -> None:
+    # one row in five needs a question: never asking is 80% accurate but only 0.5 balanced
+    p = [0.1, 0.35, 0.4, 0.6, 0.8]
+    gold = [True, False, False, False, False]
+    t_acc, acc = M.best_threshold(p, gold)
+    t_bal, bal = M.best_threshold(p, gold, "balanced_accuracy")
+    assert bal == 1.0 and 0.1 < t_bal < 0.35
+    assert acc == 1.0  # here both agree; now a noisy case where they do not
+    p = [0.3, 0.2, 0.25, 0.6, 0.7, 0.8, 0.9, 0.95, 0.97, 0.99]
+    gold = [True] + [False] * 2 + [False] * 7
+    t_acc, acc = M.best_threshold(p, gold)
+    t_bal, bal = M.best_threshold(p, gold, "balanced_accuracy")
+    assert t_bal > t_acc  # balanced accuracy buys the one "ask" with two false alarms
+    assert bal > 0.5 and acc == 0.9
+    with pytest.raises(ValueError, match="balanced_accuracy"):
+        M.best_threshold(p, gold, "f1")

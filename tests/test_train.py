@@ -323,7 +323,7 @@ def test_few_steps_lower_the_loss_resume_and_reload(base_model_dir: Path, tmp_pa
     from clariedge.training.train import calibrate
 
     write_records(tmp_path / "val.parquet", TOY)
-    cal = calibrate(out, base_model_dir, tmp_path / "val.parquet", None, seed=0)
+    cal = calibrate(out, base_model_dir, tmp_path / "val.parquet", None, seed=0, precision="fp32", metric="accuracy")
     assert cal["rows"] == 4 and 0.0 <= cal["validation_accuracy"] <= 1.0
     assert cal["validation_accuracy"] >= cal["validation_accuracy_at_0.5"]
     assert json.loads((out / "clariedge_adapter.json").read_text())["decision_threshold"] == cal["threshold"]

@@ -162,18 +162,28 @@ def mean(values: Sequence[float | None]) -> float | None:
     return round(sum(vals) / len(vals), 4) if vals else None
 
 
-def best_threshold(p_clear: Sequence[float], needs: Sequence[bool]) -> tuple[float, float]:
-    """The threshold t (ask when p_clear < t) with the highest accuracy, ties broken towards 0.5.
+def best_threshold(p_clear: Sequence[float], needs: Sequence[bool], metric: str = "accuracy") -> tuple[float, float]:
+    """The threshold t (ask when p_clear < t) with the best `metric` (accuracy | balanced_accuracy: the mean
+    of the recall of "ask" and of "answer", which does not reward never asking when few rows need a
+    question), ties broken towards 0.5.
 
-    Candidates are 0.5 and the midpoints between consecutive distinct scores. Returns (t, accuracy).
+    Candidates are 0.5 and the midpoints between consecutive distinct scores. Returns (t, score).
     """
+    if metric not in ("accuracy", "balanced_accuracy"):
+        raise ValueError(f"metric {metric!r}: expected accuracy or balanced_accuracy")
     if not p_clear:
         return 0.5, 0.0
     vals = sorted(set(p_clear))
     cands = {0.5, vals[0] - 1e-6, vals[-1] + 1e-6} | {(a + b) / 2 for a, b in zip(vals, vals[1:], strict=False)}
+    pos = sum(needs)
+    neg = len(needs) - pos
 
     def acc(t: float) -> float:
-        return sum((p < t) == g for p, g in zip(p_clear, needs, strict=True)) / len(needs)
+        if metric == "accuracy" or not pos or not neg:
+            return sum((p < t) == g for p, g in zip(p_clear, needs, strict=True)) / len(needs)
+        tp = sum(p < t for p, g in zip(p_clear, needs, strict=True) if g)
+        tn = sum(p >= t for p, g in zip(p_clear, needs, strict=True) if not g)
+        return (tp / pos + tn / neg) / 2
 
     best = max(cands, key=lambda t: (acc(t), -abs(t - 0.5)))
     return round(best, 6), round(acc(best), 4)

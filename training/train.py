@@ -31,7 +31,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from pydantic import Field, model_validator
@@ -110,6 +110,9 @@ class TrainConfig(StageConfig):
     )
     calibrate: bool = Field(description="pick the decision threshold on the validation split after training")
     calibrate_rows: int | None = Field(ge=1, description="validation rows used for calibration (None: all)")
+    calibrate_metric: Literal["accuracy", "balanced_accuracy"] = Field(
+        description="what the threshold maximises on the validation split"
+    )
     drop_categories: list[str]
     save_every: int = Field(ge=1, description="checkpoint every N optimizer steps")
     checkpoint_dir: str
@@ -509,9 +512,11 @@ def calibrate(
     max_rows: int | None,
     *,
     seed: int,
-    precision: str = "auto",
+    precision: str,
+    metric: str,
 ) -> dict[str, Any]:
-    """Choose the decision threshold on P(CLEAR) that maximises validation accuracy; record it in the adapter."""
+    """Choose the decision threshold on P(CLEAR) that maximises `metric` on the validation split; record it in
+    the adapter."""
     from clariedge.training.infer import Clarifier
     from clariedge.training.metrics import best_threshold
 
@@ -520,7 +525,7 @@ def calibrate(
     clar = Clarifier(adapter_dir, base=base_dir, threshold=0.5, precision=precision)
     probs = clar.p_clear([(r.messages, r.documents or None) for r in rows])
     gold = [r.needs_clarification for r in rows]
-    threshold, acc = best_threshold(probs, gold)
+    threshold, acc = best_threshold(probs, gold, metric)
     meta_path = Path(adapter_dir) / "clariedge_adapter.json"
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     meta["decision_threshold"] = threshold
@@ -528,7 +533,8 @@ def calibrate(
     out = {
         "rows": len(rows),
         "threshold": threshold,
-        "validation_accuracy": acc,
+        "metric": metric,
+        f"validation_{metric}": acc,
         "validation_accuracy_at_0.5": round(
             sum((p < 0.5) == g for p, g in zip(probs, gold, strict=True)) / max(1, len(rows)), 4
         ),
@@ -557,7 +563,13 @@ def run(
     metrics["selection"] = sel
     if vcfg.calibrate and validation_path is not None:
         metrics["calibration"] = calibrate(
-            out_dir, base_dir, validation_path, vcfg.calibrate_rows, seed=seed, precision=vcfg.precision
+            out_dir,
+            base_dir,
+            validation_path,
+            vcfg.calibrate_rows,
+            seed=seed,
+            precision=vcfg.precision,
+            metric=vcfg.calibrate_metric,
         )
     if metrics_path:
         write_json(metrics_path, metrics)

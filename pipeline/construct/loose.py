@@ -116,20 +116,7 @@ def _generalized_entity_rows(
             template=f"{gen}.{tmpl}",
         )
     if _want(ctx, "ad_stitched") and ambiguous and ctx.rng.random() < 0.5:
-        host = _pick_host(seed, entity.modifier_terms(), noun_anchor, hosts, ctx, avoid=family)
-        if host is not None:
-            clar, tmpl = clarify_dialog(noun_anchor, ctx.rng)
-            docs = [d for d in host.documents if not mentions_any(d.title + " " + d.text, hidden)]
-            docs = docs if len(docs) == len(host.documents) else []
-            em.both(
-                "ad_stitched",
-                host.messages[:-1],
-                loose,
-                _docs(docs, ctx),
-                clarification=clar,
-                template=f"{gen}.{tmpl}",
-                senses=senses,
-            )
+        _stitch(em, seed, hosts, loose, entity.modifier_terms(), hidden, noun_anchor, family, gen, senses)
     _class_rows(em, seed, hosts, entity, question, family, unpinned)
     own_docs = [d for d in seed.documents if d.title == entity.title] if entity.title else []
     mine = (own_docs or ctx.docs_by_title.get(entity.title, []))[:2] if entity.title else []
@@ -256,16 +243,36 @@ def _class_rows(
         )
     if _want(ctx, "ad_stitched"):
         hidden = set().union(*(e.modifier_terms() | terms(e.head) for e in family))
-        host = _pick_host(seed, hidden, anchor, hosts, ctx, avoid=family)
-        if host is not None:
-            clar, ctmpl = clarify_dialog(anchor, ctx.rng)
-            docs = [d for d in host.documents if not mentions_any(d.title + " " + d.text, hidden)]
-            docs = docs if len(docs) == len(host.documents) else []
-            em.both(
-                "ad_stitched",
-                host.messages[:-1],
-                general,
-                _docs(docs, ctx),
-                clarification=clar,
-                template=f"{tmpl}.{ctmpl}",
-            )
+        _stitch(em, seed, hosts, general, hidden, hidden, anchor, family, tmpl, [])
+
+
+def _stitch(
+    em: _Emitter,
+    seed: SeedTurn,
+    hosts: list[SeedTurn],
+    turn: str,
+    avoid: set[str],
+    hidden: set[str],
+    anchor: Anchor,
+    family: Sequence[Entity],
+    template: str,
+    senses: Sequence[str],
+) -> None:
+    """`ad_stitched`: `turn` after another conversation's dialog that mentions none of `avoid` (a topic switch
+    that drops its subject), with that dialog's passages when none of them mentions `hidden`."""
+    ctx = em.ctx
+    host = _pick_host(seed, avoid, anchor, hosts, ctx, avoid=family)
+    if host is None:
+        return
+    clar, ctmpl = clarify_dialog(anchor, ctx.rng)
+    docs = [d for d in host.documents if not mentions_any(d.title + " " + d.text, hidden)]
+    docs = docs if len(docs) == len(host.documents) else []
+    em.both(
+        "ad_stitched",
+        host.messages[:-1],
+        turn,
+        _docs(docs, ctx),
+        clarification=clar,
+        template=f"{template}.{ctmpl}",
+        senses=senses,
+    )
