@@ -270,8 +270,8 @@ MERCURY_DOCS = {
         Document(
             doc_id="p",
             title="Mercury (planet)",
-            text="Mercury is the smallest planet and the closest to the Sun. Its surface swings between 430 C by "
-            "day and -180 C by night; craters cover the surface.",
+            text="Mercury is the smallest planet and the closest to the Sun. Its surface is hot by day, 430 C, "
+            "and -180 C by night; craters cover the surface.",
         )
     ],
     "Mercury (element)": [

@@ -202,6 +202,9 @@ class SenseJudge:
             return SenseVerdict("unclear", None, "cues for several senses", all_cues, margin)
         if len(cued) == 1:
             s = cued[0]
+            if len(cues[s]) < 2 and margin < self.answer_min_margin:
+                # one word that happens to occur in one sense's passages ("review") is chance, not a reading
+                return SenseVerdict("unclear", None, f"one cue word for {s}", tuple(cues[s]), margin)
             if top != s or margin < self.cue_min_margin:
                 return SenseVerdict("unclear", None, f"cues for {s}, similarity does not agree", tuple(cues[s]), margin)
             return SenseVerdict("answer", s, "the turn's own words pick one sense", tuple(cues[s]), margin)
@@ -365,6 +368,36 @@ OPEN_HEADS = frozenset(
         "lake",
         "island",
         "park",
+        "event",
+        "game",
+        "match",
+        "show",
+        "series",
+        "book",
+        "movie",
+        "film",
+        "song",
+        "album",
+        "season",
+        "episode",
+        "version",
+        "update",
+        "release",
+        "course",
+        "class",
+        "exam",
+        "school",
+        "hospital",
+        "store",
+        "restaurant",
+        "hotel",
+        "flight",
+        "trip",
+        "order",
+        "project",
+        "meeting",
+        "job",
+        "position",
     ]
 )
 
@@ -430,10 +463,13 @@ def verify(
     messages: Sequence[tuple[str, str]],
     documents: Sequence[Document],
     senses: Sequence[str] = (),
+    reference: str | None = None,
 ) -> SenseVerdict:
     """A careful reader's label for a row whose method claims `claim`: `ask`, `answer`, or `unclear` (the check
     cannot confirm either: the row is not made). `messages` are (role, content) pairs ending in the user turn;
-    `senses` the titles of the same-name entities the turn is about (empty when there are none)."""
+    `senses` the titles of the same-name entities the turn is about (empty when there are none); `reference`
+    a noun the construction believes the turn leaves open ("the adjudicator"): read like the nouns of a kind
+    in `heads`, i.e. open only when a determiner introduces it and neither the dialog nor the passages name it."""
     turn = messages[-1][1]
     history = [c for _, c in messages[:-1]]
     dialog, passages = " ".join(history), " ".join(d.title + " " + d.text for d in documents)
@@ -463,7 +499,8 @@ def verify(
     from clariedge.construct.text import find_anchor
 
     anchor = find_anchor(turn, None)
-    definite = open_definite(turn, dialog, passages, checker.heads, checker.names)
+    heads = checker.heads | {stem(reference)} if reference else checker.heads
+    definite = open_definite(turn, dialog, passages, heads, checker.names)
     if anchor is None and definite is None:
         return SenseVerdict("unclear", None, "nothing in the turn points outside it")
     # the turn's other words (not the open reference's own) must not name its topic

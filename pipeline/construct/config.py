@@ -56,6 +56,11 @@ class ConstructConfig(StageConfig):
     max_interpretations: int = Field(ge=2, description="entities per ambiguous_documents row (2..this)")
     stitch_tries: int = Field(ge=1, description="host dialogs tried when stitching a turn elsewhere")
     stitch_other_domain: bool = Field(description="stitch pronoun turns only onto another domain's dialog")
+    stitch_pronoun_share: float = Field(
+        ge=0.0,
+        le=1.0,
+        description="chance a pronoun turn (not a definite noun) is stitched at all: keep them a minority",
+    )
     lead_in_prob: float = Field(ge=0.0, le=1.0, description="chance of a conversational lead-in, any category")
     lowercase_prob: float = Field(ge=0.0, le=1.0, description="chance of a lower-case first letter, any category")
     all_lower_prob: float = Field(ge=0.0, le=1.0, description="chance of lower-casing a whole turn, any category")

@@ -137,6 +137,7 @@ class _Emitter:
         template: str = "",
         surface: bool = True,
         senses: Sequence[str] = (),
+        reference: str | None = None,
     ) -> Example | None:
         """Build, validate and check one row; `senses`: titles of the same-name entities the turn is about."""
         if setting not in self.ctx.cfg.settings:
@@ -170,7 +171,8 @@ class _Emitter:
         # the meaning check: would a careful reader give this row the label its method claims?
         claim = "ask" if ex.needs_clarification else "answer"
         assert self.ctx.checker is not None
-        verdict = verify(self.ctx.checker, claim, [(m.role, m.content) for m in ex.messages], ex.documents, senses)
+        msgs = [(m.role, m.content) for m in ex.messages]
+        verdict = verify(self.ctx.checker, claim, msgs, ex.documents, senses, reference)
         if verdict.label != claim:
             reason = "reader_disagrees" if verdict.label in ("ask", "answer") else "reader_unsure"
             self.ctx.rejects.add(reason, self.seed.id, f"{method}: {verdict.reason} {list(verdict.cues)}", ex.last_turn)

@@ -33,13 +33,32 @@ def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
             resolution=seed.rewrite,
             template=f"anchor.{anchor.kind}",
         )
+    reference = anchor.text if anchor.kind == "noun" else None
+    if _want(ctx, "ad_generalized_unpinned") and reference:
+        # the same complete question with a definite reference ("what did the adjudicator say?") as the first
+        # turn of a conversation: nothing before it can pin the reference down
+        clar, tmpl = clarify_dialog(anchor, ctx.rng)
+        em.emit(
+            "ad_generalized_unpinned",
+            "pre_retrieval",
+            [],
+            seed.last_turn,
+            clarification=clar,
+            template=f"open.{tmpl}",
+            reference=reference,
+        )
     if _want(ctx, "ad_cut_before_referent"):
         cut = _cut_dialog(history, ref)
         docs = _referent_free_docs(seed, ref, len(cut), ctx)
         clar, tmpl = clarify_dialog(anchor, ctx.rng)
-        em.both("ad_cut_before_referent", cut, seed.last_turn, docs, clarification=clar, template=tmpl)
+        em.both(
+            "ad_cut_before_referent", cut, seed.last_turn, docs, clarification=clar, template=tmpl, reference=reference
+        )
     if anchor.kind == "ellipsis":
         return  # "what about bicycles?" after another topic is a new question, not a missing referent
+    if anchor.kind != "noun" and ctx.rng.random() >= ctx.cfg.stitch_pronoun_share:
+        ctx.skipped["ad_stitched:pronoun_share"] += 1  # nobody opens a topic with "it": a minority of such rows
+        return
     for _ in range(_want(ctx, "ad_stitched")):
         host = _pick_host(seed, ref, anchor, hosts, ctx)
         if host is None:
@@ -47,7 +66,15 @@ def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
             break
         clar, tmpl = clarify_dialog(anchor, ctx.rng)
         docs = host.documents if not any(mentions_any(d.title + " " + d.text, ref) for d in host.documents) else []
-        em.both("ad_stitched", host.messages[:-1], seed.last_turn, _docs(docs, ctx), clarification=clar, template=tmpl)
+        em.both(
+            "ad_stitched",
+            host.messages[:-1],
+            seed.last_turn,
+            _docs(docs, ctx),
+            clarification=clar,
+            template=tmpl,
+            reference=reference,
+        )
 
 
 def _referent_free_docs(seed: SeedTurn, ref: set[str], cut_len: int, ctx: _Ctx) -> list[Document]:

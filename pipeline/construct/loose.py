@@ -98,7 +98,7 @@ def _generalized_entity_rows(
         docs = _mixed_docs(ctx, entity, siblings, seed)[0]
         em.both("hn_turn_resolves", unpinned, loose, docs, resolution=question, template=f"{gen}.cue", senses=senses)
     if _want(ctx, "ad_generalized_unpinned") and ambiguous:
-        if siblings and ctx.rng.random() < 0.4:
+        if siblings and entity.kind == "paren":  # a closed set of senses: name them ("the adult or the child ...?")
             shown = family[: ctx.cfg.max_interpretations]
             ctx.rng.shuffle(shown)
             labels = [e.label for e in shown]  # the titles' readings; the question names them in plain words

@@ -35,7 +35,6 @@ PRONOUNS: dict[str, str] = {
     "its": "thing",
     "this": "thing",
     "that": "thing",
-    "here": "thing",
     "one": "thing",
     "he": "person",
     "him": "person",
@@ -196,6 +195,11 @@ def find_anchor(turn: str, rewrite: str | None) -> Anchor | None:
                 continue  # "is it true that ...", "is it worth ...": no referent
             if w in ("here", "this") and _DEICTIC_HERE.search(turn):
                 continue  # "first time investing here", "this year": the speaker's own situation
+            # "and the faster option, what's that cost?": the pronoun points at a definite noun of the turn
+            # itself, and that noun is what is unresolved
+            m = re.search(rf"\bthe\s+(?:[a-z-]+\s+)?([a-z]{{3,}})\s*,[^.?!]*?\b{re.escape(w)}\b", turn, re.I)
+            if m and w in ("it", "that", "this") and m.group(1).lower() not in STOP:
+                return Anchor("noun", m.group(1).lower(), _context(turn))
             return Anchor(PRONOUNS[w], w, _context(turn, w))  # type: ignore[arg-type]
     if _ELLIPSIS_START.match(turn) or len(toks) <= 4:
         return Anchor("ellipsis", _fragment(turn), _fragment(turn))

@@ -170,6 +170,7 @@ def clarify_dialog(anchor: Anchor, rng: random.Random) -> tuple[str, str]:
     ]
     i = allowed[rng.randrange(len(allowed))]
     text = bank[i].format(noun=anchor.text, anchor=anchor.text, fragment=anchor.text, context=anchor.context)
+    text = re.sub(r"\b([Aa]) (?=[aeiouAEIOU])", r"\1n ", text)  # "a adjudicator" -> "an adjudicator"
     return _cap(text), f"clarify.{anchor.kind}.{i}"
 
 
