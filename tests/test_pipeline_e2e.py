@@ -80,10 +80,10 @@ def test_cold_repro_noop_and_training_only_change(project: Path) -> None:
     _, out = repro(project)
     assert ran_stages(out) == []
 
-    # 3. a training-only param: only training, evaluation and what depends on them rerun
+    # 3. a training-only param: only training, evaluation (own split and external sets) and the ablation rerun
     set_params(project, {"train.lr": 0.0002})
     _, out = repro(project)
-    assert set(ran_stages(out)) == {"train@default", "train@no_hard_negatives", "evaluate", "ablation"}
+    assert set(ran_stages(out)) == {"train@default", "train@no_hard_negatives", "evaluate", "ablation", "external"}
 
     # 4. an experiment: `dvc exp run -S` on the LoRA rank (default adapter + evaluate only), shown by `dvc exp show`
     code, _, _, out = run_cmd(

@@ -97,7 +97,16 @@ def kill9_resume(workdir: Path, pools: Pools, *, max_seeds: int = 10, kill_after
 # ---------------------------------------------------------------------------------------------
 # dvc repro with the key in the environment
 # ---------------------------------------------------------------------------------------------
-PROJECT_PARTS = ("dvc.yaml", "pipeline", "annotation", "training", "generation_prompts", "data/sample")
+PROJECT_PARTS = (
+    "dvc.yaml",
+    "pipeline",
+    "annotation",
+    "training",
+    "generation_prompts",
+    "data/sample",
+    "data/mtrag",
+    "tests/data/gold_labels.jsonl",
+)
 
 
 def dvc_repro_with_key(workdir: Path, *, max_seeds: int = 6) -> dict[str, Any]:
@@ -111,6 +120,7 @@ def dvc_repro_with_key(workdir: Path, *, max_seeds: int = 6) -> dict[str, Any]:
         if src.is_dir():
             shutil.copytree(src, d / part, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
         else:
+            (d / part).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, d / part)
     venv_bin = Path(cli_command()[0]).parent if len(cli_command()) == 1 else None
     dvc = str(venv_bin / "dvc") if venv_bin and (venv_bin / "dvc").exists() else "dvc"
