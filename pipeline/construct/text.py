@@ -137,7 +137,7 @@ class Anchor:
     context: str = ""  # the turn's own words around the anchor, for clarifications that quote them
 
 
-def _context(turn: str, word: str = "", limit: int = 10) -> str:
+def _context(turn: str, limit: int = 10) -> str:
     """The whole turn (without its final punctuation) when it is short enough to quote, else "".
 
     A clarification quotes the user's words only whole: a slice ("when did they bring out the") reads as a
@@ -182,7 +182,7 @@ def find_anchor(turn: str, rewrite: str | None) -> Anchor | None:
             noun = nxt
             for j, r in enumerate(rw[1:], start=1):
                 if stem(r) == stem(noun) and stem(rw[j - 1]) in added:
-                    return Anchor("noun", noun, _context(turn, noun))
+                    return Anchor("noun", noun, _context(turn))
     for w in toks:
         if w in PRONOUNS:
             if w == "that" and not re.search(r"\bthat\b\s*(\?|$|is|was|mean|one|work|apply|cost)", turn, re.I):
@@ -193,14 +193,14 @@ def find_anchor(turn: str, rewrite: str | None) -> Anchor | None:
                 continue  # "is there a fee?" points nowhere
             if w in ("it", "its") and _DUMMY_IT.search(turn) and sum(t in ("it", "its") for t in toks) == 1:
                 continue  # "is it true that ...", "is it worth ...": no referent
-            if w in ("here", "this") and _DEICTIC_HERE.search(turn):
+            if w == "this" and _DEICTIC_HERE.search(turn):
                 continue  # "first time investing here", "this year": the speaker's own situation
             # "and the faster option, what's that cost?": the pronoun points at a definite noun of the turn
             # itself, and that noun is what is unresolved
             m = re.search(rf"\bthe\s+(?:[a-z-]+\s+)?([a-z]{{3,}})\s*,[^.?!]*?\b{re.escape(w)}\b", turn, re.I)
             if m and w in ("it", "that", "this") and m.group(1).lower() not in STOP:
                 return Anchor("noun", m.group(1).lower(), _context(turn))
-            return Anchor(PRONOUNS[w], w, _context(turn, w))  # type: ignore[arg-type]
+            return Anchor(PRONOUNS[w], w, _context(turn))  # type: ignore[arg-type]
     if _ELLIPSIS_START.match(turn) or len(toks) <= 4:
         return Anchor("ellipsis", _fragment(turn), _fragment(turn))
     return None
