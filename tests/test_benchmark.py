@@ -51,6 +51,28 @@ def _cfg(**over) -> ExternalConfig:
     return ExternalConfig.model_validate({**raw, **over})
 
 
+def _run_without_models(sets: dict, tmp_path: Path, cfg: ExternalConfig, train: Path | None = None) -> dict:
+    """The stage's `run` with the adapter and the zero-shot model off (their folders are never read); outputs
+    under tmp_path/out; the train split is read only when the MiniLM baseline is on."""
+    out = tmp_path / "out"
+    return run(
+        sets,
+        train or tmp_path / "no_train.parquet",
+        tmp_path / "no_adapter",
+        tmp_path / "no_base",
+        out / "external.json",
+        out / "predictions.jsonl",
+        out / "external.png",
+        cfg,
+        seed=1,
+        max_length=None,
+        batch_size=8,
+        max_new_tokens=16,
+        precision="fp32",
+        progress=False,
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # Scoring (pure)
 # ---------------------------------------------------------------------------------------------
@@ -157,22 +179,7 @@ def test_missing_set_is_skipped_and_named(tmp_path: Path, caplog: pytest.LogCapt
     cfg = _cfg(adapter=False, baselines={"always_clear": True, "minilm": False, "zero_shot": False})
     out = tmp_path / "out"
     with caplog.at_level("WARNING"):
-        r = run(
-            {"mine": present, "gone_set": tmp_path / "nowhere.jsonl"},
-            tmp_path / "no_train.parquet",  # not read: minilm is off
-            tmp_path / "no_adapter",
-            tmp_path / "no_base",
-            out / "external.json",
-            out / "predictions.jsonl",
-            out / "external.png",
-            cfg,
-            seed=1,
-            max_length=None,
-            batch_size=8,
-            max_new_tokens=16,
-            precision="fp32",
-            progress=False,
-        )
+        r = _run_without_models({"mine": present, "gone_set": tmp_path / "nowhere.jsonl"}, tmp_path, cfg)
     assert "gone_set" in caplog.text and "nowhere.jsonl" in caplog.text
     saved = json.loads((out / "external.json").read_text())
     assert saved == r
@@ -239,22 +246,7 @@ def test_baselines_end_to_end_on_a_tiny_labelled_file(tmp_path: Path) -> None:
     f = _write(tmp_path / "tiny.jsonl", tasks)
     cfg = _cfg(adapter=False, max_rows=None, baselines={"always_clear": True, "minilm": True, "zero_shot": False})
     out = tmp_path / "out"
-    r = run(
-        {"tiny": f, "absent": tmp_path / "absent.jsonl"},
-        train,
-        tmp_path / "no_adapter",
-        tmp_path / "no_base",
-        out / "external.json",
-        out / "predictions.jsonl",
-        out / "external.png",
-        cfg,
-        seed=1,
-        max_length=None,
-        batch_size=8,
-        max_new_tokens=16,
-        precision="fp32",
-        progress=False,
-    )
+    r = _run_without_models({"tiny": f, "absent": tmp_path / "absent.jsonl"}, tmp_path, cfg, train=train)
     systems = r["sets"]["tiny"]["systems"]
     assert set(systems) == {"always_clear", "minilm"} and r["skipped"] == ["absent"]
     assert systems["always_clear"]["balanced_accuracy"] == 0.5
