@@ -413,3 +413,37 @@ def test_contradiction_safety_net_flags_planted_errors(sample_rows: list[Example
     # the hard negative without its dialog: nothing resolves it any more
     alone = hn.model_copy(update={"messages": hn.messages[-1:]})
     assert "does not supply" in contradiction(alone, seed_hn)
+
+
+def test_donor_turns_never_show_a_user_only_dialog(mtrag_rows: list[Example], mtrag_seeds) -> None:
+    """MTRAG's retrieval tasks give 90 conversations' user turns without the assistant's answers: such a turn
+    opens a row or follows another conversation's dialog, never its own user-only transcript."""
+    donors = {s.id for s in mtrag_seeds if s.turn > 1 and not any(m.role == "assistant" for m in s.messages[:-1])}
+    assert len(donors) > 300  # the retrieval tasks of all 110 conversations
+    for row in mtrag_rows:
+        history = row.messages[:-1]
+        assert not history or any(m.role == "assistant" for m in history), (row.provenance.method, row.last_turn)
+    from_donors = [r for r in mtrag_rows if r.provenance.seed_id in donors]
+    stitched = [r for r in from_donors if r.provenance.method == "ad_stitched"]
+    assert stitched, "a donor turn with an open reference is stitched onto another conversation"
+    own = {s.id: s.conversation_id for s in mtrag_seeds}
+    hosts = {tuple((m.role, m.content) for m in s.messages[:-1]): s.conversation_id for s in mtrag_seeds}
+    for r in stitched:
+        host = hosts.get(tuple((m.role, m.content) for m in r.messages[:-1]))
+        assert host is not None and host != own[r.provenance.seed_id]
+    placed = [r for r in from_donors if r.category == "clear" and len(r.messages) > 1]
+    opened = [r for r in from_donors if r.category == "clear" and len(r.messages) == 1]
+    assert placed and opened, "a donor's clear rows stand both first and after another dialog, as its asks do"
+
+
+def test_names_are_words_the_corpus_capitalises() -> None:
+    from clariedge.construct.checks import _mostly_capitalised
+
+    texts = [
+        "We flew to Montreal in May. The Montreal office was closed.",
+        "Save your work often. You can save a file twice, and I save mine hourly.",
+        "Keep the ca-central-1 region.",
+    ]
+    names = _mostly_capitalised(texts)
+    assert "montreal" in names and "ca-central-1" in names
+    assert "save" not in names  # a heading's capital, lower-case in running text

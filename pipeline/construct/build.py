@@ -11,7 +11,7 @@ from typing import Any
 from clariedge.construct.checks import EmbedFn, build_checker, gold_precision
 from clariedge.construct.clear import _clear_rows
 from clariedge.construct.config import METHODS, ConstructConfig
-from clariedge.construct.core import _Ctx, _Emitter
+from clariedge.construct.core import _Ctx, _Emitter, is_donor
 from clariedge.construct.dialog import _dialog_rows
 from clariedge.construct.entities import _build_entities
 from clariedge.construct.loose import _generalized_rows
@@ -27,7 +27,7 @@ def construct(
     """Build examples of all four categories from `seeds`; deterministic given `rng`'s state.
 
     `embed_fn` embeds texts for the sense check (default: MiniLM, `clariedge.embed`)."""
-    seeds = sorted(seeds, key=lambda s: (s.conversation_id, s.turn))
+    seeds = sorted((_as_donor(s) if is_donor(s) else s for s in seeds), key=lambda s: (s.conversation_id, s.turn))
     by_conv: dict[str, list[SeedTurn]] = defaultdict(list)
     for s in seeds:
         by_conv[s.conversation_id].append(s)
@@ -36,7 +36,7 @@ def construct(
     ctx.checker = build_checker(
         _conversation_texts(by_conv), docs_by_title, **cfg.checks.model_dump(), embed_fn=embed_fn
     )
-    hosts = [s for s in seeds if len(s.messages) >= 2]
+    hosts = [s for s in seeds if len(s.messages) >= 2 and any(m.role == "assistant" for m in s.messages)]
     ctx.doc_hosts = [s for s in hosts if s.documents]
     out: list[Example] = []
     for seed in seeds:
@@ -44,7 +44,7 @@ def construct(
             ctx.skipped["seed:too_long"] += 1
             continue
         em = _Emitter(ctx, seed, out)
-        _clear_rows(em, seed)
+        _clear_rows(em, seed, hosts)
         _dialog_rows(em, seed, hosts)
         _generalized_rows(em, seed, hosts)
     rows = _dedup(out, ctx)
@@ -55,6 +55,10 @@ def construct(
     if cfg.gold:
         stats["gold_precision"] = _score_gold(ctx, Path(cfg.gold))
     return rows, ctx.rejects, stats
+
+
+def _as_donor(seed: SeedTurn) -> SeedTurn:
+    return seed.model_copy(update={"messages": seed.messages[-1:]})
 
 
 def _score_gold(ctx: _Ctx, path: Path) -> dict[str, Any]:

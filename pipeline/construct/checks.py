@@ -22,14 +22,14 @@ gold set in `tests/data/gold_labels.jsonl` (tests/test_gold_labels.py reports th
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
 
 import numpy as np
 
-from clariedge.construct.text import STOP, stem, terms
+from clariedge.construct.text import STOP, stem, terms, words
 from clariedge.schema import Document
 
 Verdict = Literal["ask", "answer", "unclear"]
@@ -301,6 +301,22 @@ def topic_terms(text: str) -> set[str]:
     return {stem(w) for w in found}
 
 
+def _mostly_capitalised(texts: Iterable[str], min_share: float = 0.5) -> set[str]:
+    """Terms written capitalised inside a sentence in at least `min_share` of their uses across `texts`, and codes
+    or compounds ("ca-central-1"): names ("Montreal", "Roth"), not words a heading or a title happens to
+    capitalise ("Save", "Keep")."""
+    from collections import Counter
+
+    capital: Counter[str] = Counter()
+    total: Counter[str] = Counter()
+    compounds: set[str] = set()
+    for text in texts:
+        capital.update(stem(w.lower()) for w in _NAME.findall(text) if w.lower() not in STOP and len(w) > 2)
+        total.update(stem(w) for w in words(text))
+        compounds |= {stem(c.lower()) for c in _COMPOUND.findall(text) if len(c) > 2 and not _AMOUNT.fullmatch(c)}
+    return {t for t, k in capital.items() if k >= min_share * total[t]} | compounds
+
+
 def names_own_topic(
     turn: str, topic: frozenset[str] | set[str], generic: frozenset[str] | set[str], rare: frozenset[str] = frozenset()
 ) -> str | None:
@@ -412,6 +428,7 @@ class RowChecker:
     rare: frozenset[str]  # content terms only one conversation of the corpus uses
     heads: frozenset[str]  # nouns of a kind ("plan", "city", "permit") whose bare definite use is open (OPEN_HEADS)
     dialog_max_similarity: float  # an open turn this close to the shown dialog may be resolved by it
+    rewrite_max_similarity: float  # a turn this close to its human rewrite stands alone ("the cotton gin")
 
     def similarity(self, a: str, b: str) -> float:
         return float(self.judge._vec(a) @ self.judge._vec(b))
@@ -525,6 +542,7 @@ def build_checker(
     topic_max_share: float,
     rare_max_share: float,
     dialog_max_similarity: float,
+    rewrite_max_similarity: float,
     embed_fn: EmbedFn | None = None,
 ) -> RowChecker:
     """The checker for a corpus: `conversations` maps each conversation to its texts (turns and passages)."""
@@ -532,6 +550,8 @@ def build_checker(
 
     n = max(1, len(conversations))
     names = Counter(t for texts in conversations.values() for t in set().union(*map(topic_terms, texts)))
+    proper = _mostly_capitalised(t for texts in conversations.values() for t in texts)
+    names = Counter({t: k for t, k in names.items() if t in proper})
     words_ = Counter(t for texts in conversations.values() for t in set().union(*map(terms, texts)))
     generic = frozenset(t for t, k in names.items() if k > max(2, int(topic_max_share * n)))
     rare = frozenset(t for t, k in words_.items() if k <= max(1, int(rare_max_share * n)))
@@ -546,7 +566,15 @@ def build_checker(
     from clariedge.construct.entities import class_noun, entity_of_title
 
     classes = {stem(c.split()[-1]) for e in map(entity_of_title, docs_by_title) if e and (c := class_noun(e))}
-    return RowChecker(judge, frozenset(names) - generic, generic, rare, OPEN_HEADS | classes, dialog_max_similarity)
+    return RowChecker(
+        judge,
+        frozenset(names) - generic,
+        generic,
+        rare,
+        OPEN_HEADS | classes,
+        dialog_max_similarity,
+        rewrite_max_similarity,
+    )
 
 
 def gold_precision(checker: RowChecker, gold: Sequence[Mapping[str, object]], methods: Mapping[str, str]) -> dict:

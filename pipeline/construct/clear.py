@@ -2,22 +2,41 @@
 
 from __future__ import annotations
 
-from clariedge.construct.core import _cut_dialog, _docs, _Emitter, _want
+import re
+
+from clariedge.construct.core import _cut_dialog, _docs, _Emitter, _pick_host, _want, is_donor
 from clariedge.construct.text import find_anchor, referent_terms
 from clariedge.schema import SeedTurn
 
 
-def _clear_rows(em: _Emitter, seed: SeedTurn) -> None:
+# a turn that points at what the assistant said ("what you mean by 'transportation layer'") stands alone only in
+# its own conversation
+_REFERS_TO_DIALOG = re.compile(
+    r"\byou\s+(?:mean|meant|said|say|mentioned|described|listed|suggested|wrote)\b|\bmentioned\b", re.I
+)
+
+
+def _clear_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
     ctx = em.ctx
     history = seed.messages[:-1]
+    documents = seed.documents
+    if is_donor(seed) and _REFERS_TO_DIALOG.search(seed.rewrite or seed.last_turn):
+        ctx.skipped["clear:donor_refers_to_dialog"] += 1
+        return
+    if is_donor(seed) and ctx.rng.random() < ctx.cfg.switch_prob:
+        # a turn without its own dialog opens a conversation or follows another one (a topic switch), as its
+        # stitched ambiguous rows do: where a turn stands says nothing about its label
+        host = _pick_host(seed, set(), None, hosts, ctx)
+        if host is not None:
+            history, documents = host.messages[:-1], host.documents if not seed.documents else seed.documents
     # standalone by a human rewrite equal to the turn, or a first turn, or a turn with nothing pointing outside it
     judged = seed.rewrite is not None or seed.turn == 1 or find_anchor(seed.last_turn, None) is None
     if _want(ctx, "clear_as_is") and seed.is_standalone:
         if judged:
-            em.both("clear_as_is", history, seed.last_turn, _docs(seed.documents, ctx))
+            em.both("clear_as_is", history, seed.last_turn, _docs(documents, ctx))
         else:
             ctx.skipped["clear_as_is:unjudged_reference"] += 1
     if _want(ctx, "clear_rewrite") and seed.rewrite and not seed.is_standalone:
         # a standalone rewrite needs no context: place it in the full dialog or where the context is missing
         cut = _cut_dialog(history, referent_terms(seed)) if ctx.rng.random() < 0.5 else list(history)
-        em.both("clear_rewrite", cut, seed.rewrite, _docs(seed.documents, ctx))
+        em.both("clear_rewrite", cut, seed.rewrite, _docs(documents, ctx))

@@ -43,6 +43,9 @@ class CheckConfig(StageConfig):
     dialog_max_similarity: float = Field(
         ge=-1.0, le=1.0, description="an open turn this close (MiniLM) to the shown dialog may be resolved by it"
     )
+    rewrite_max_similarity: float = Field(
+        ge=-1.0, le=1.0, description="a turn this close (MiniLM) to its human rewrite stands alone: the rewrite adds little"
+    )
 
 
 class ConstructConfig(StageConfig):

@@ -196,6 +196,13 @@ class _Emitter:
         return n
 
 
+def is_donor(seed: SeedTurn) -> bool:
+    """A later turn known without its conversation's assistant answers (e.g. an MTRAG retrieval task: the user
+    turns, and a human standalone rewrite). Its own dialog is never shown (a transcript of user turns alone looks
+    like no real chat); its turn is placed first or after another conversation's dialog."""
+    return seed.turn > 1 and not any(m.role == "assistant" for m in seed.messages[:-1])
+
+
 def _want(ctx: _Ctx, method: str) -> int:
     return ctx.cfg.per_seed.get(method, 0)
 

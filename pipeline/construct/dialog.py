@@ -3,7 +3,7 @@ dialog), `ad_cut_before_referent` (dialog cut before the referent), `ad_stitched
 
 from __future__ import annotations
 
-from clariedge.construct.core import _Ctx, _cut_dialog, _docs, _Emitter, _pick_host, _want
+from clariedge.construct.core import _Ctx, _cut_dialog, _docs, _Emitter, _pick_host, _want, is_donor
 from clariedge.construct.text import anchored_referent, find_anchor, mentions_any, referent_terms
 from clariedge.construct.wording import clarify_dialog
 from clariedge.schema import Document, SeedTurn
@@ -14,17 +14,24 @@ def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
     ctx = em.ctx
     if seed.is_standalone or not seed.rewrite:
         return
+    donor = is_donor(seed)  # no dialog of its own: only the rows that place the turn elsewhere
     anchored = anchored_referent(seed)
     ref = referent_terms(seed)
     anchor = find_anchor(seed.last_turn, seed.rewrite)
-    if not anchored:
+    if not anchored and not donor:
         ctx.skipped["dialog:referent_not_in_dialog"] += 1
         return
     if anchor is None:
         ctx.skipped["dialog:no_anchor_in_turn"] += 1
         return
     history = seed.messages[:-1]
-    if _want(ctx, "hn_dialog_resolves"):
+    assert ctx.checker is not None
+    # the rewrite only polishes a turn that already stands alone ("by how much did the cotton gin increase
+    # production?"): without its dialog a reader still answers it, so it is never made an open reference
+    alone = ctx.checker.similarity(seed.last_turn, seed.rewrite) >= ctx.checker.rewrite_max_similarity
+    if alone:
+        ctx.skipped["dialog:turn_stands_alone"] += 1
+    if _want(ctx, "hn_dialog_resolves") and not donor:
         em.both(
             "hn_dialog_resolves",
             history,
@@ -34,6 +41,8 @@ def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
             template=f"anchor.{anchor.kind}",
         )
     reference = anchor.text if anchor.kind == "noun" else None
+    if alone:
+        return
     if _want(ctx, "ad_generalized_unpinned") and reference:
         # the same complete question with a definite reference ("what did the adjudicator say?") as the first
         # turn of a conversation: nothing before it can pin the reference down
@@ -47,7 +56,7 @@ def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
             template=f"open.{tmpl}",
             reference=reference,
         )
-    if _want(ctx, "ad_cut_before_referent"):
+    if _want(ctx, "ad_cut_before_referent") and not donor:
         cut = _cut_dialog(history, ref)
         docs = _referent_free_docs(seed, ref, len(cut), ctx)
         clar, tmpl = clarify_dialog(anchor, ctx.rng)

@@ -168,9 +168,11 @@ def find_anchor(turn: str, rewrite: str | None) -> Anchor | None:
         return None
     rw = words(rewrite or "")
     added = terms(rewrite or "") - terms(turn)
+    cased = [w.replace("’", "'") for w in _WORD.findall(turn)]  # `toks` as typed (same tokens, case kept)
     # a definite noun the rewrite specifies with a word it adds: "the plan" -> "the Lite plan"
     for i, w in enumerate(toks[:-1]):
         nxt = toks[i + 1]
+        after = toks[i + 2] if i + 2 < len(toks) else ""
         if (
             w in ("the", "this", "that", "these", "those")
             and nxt not in STOP
@@ -178,6 +180,10 @@ def find_anchor(turn: str, rewrite: str | None) -> Anchor | None:
             and len(nxt) > 2
             and nxt.isalpha()
             and not nxt.endswith(("ed", "ing", "ly"))
+            # not a name ("the USA", "the Cardinals") nor the modifier of "one" ("the montreal one"): the word a
+            # clarification would ask about is another
+            and not (cased[i + 1][:1].isupper() and not turn.isupper())
+            and after != "one"
         ):
             noun = nxt
             for j, r in enumerate(rw[1:], start=1):
