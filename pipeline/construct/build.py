@@ -89,17 +89,20 @@ def _length_bin(text: str) -> int:
 
 
 def _length_match(rows: list[Example], ctx: _Ctx) -> list[Example]:
-    """Thin out clear rows (seeded) where their last-turn length is over-represented against the other
-    categories, so that length alone says little about the label."""
-    clear = [r for r in rows if r.category == "clear"]
-    other = [r for r in rows if r.category != "clear"]
-    if not clear or not other:
+    """Thin out rows a reader answers (seeded) where their last-turn length is over-represented against the rows
+    that need a question, so that length alone says little about the label.
+
+    Human rewrites (clear) are long complete questions and typed follow-ups short; left alone, "short -> ask"
+    is the easiest rule in the data, and real users do the reverse (a complete question with an open reference)."""
+    answer = [r for r in rows if not r.needs_clarification]
+    ask = [r for r in rows if r.needs_clarification]
+    if not answer or not ask:
         return rows
-    c_hist = Counter(_length_bin(r.last_turn) for r in clear)
-    o_hist = Counter(_length_bin(r.last_turn) for r in other)
-    ratio = {b: (o_hist[b] / len(other)) / (c_hist[b] / len(clear)) for b in c_hist}
+    a_hist = Counter(_length_bin(r.last_turn) for r in answer)
+    q_hist = Counter(_length_bin(r.last_turn) for r in ask)
+    ratio = {b: (q_hist[b] / len(ask)) / (a_hist[b] / len(answer)) for b in a_hist}
     drop: set[str] = set()
-    for r in sorted(clear, key=lambda e: e.id):
+    for r in sorted(answer, key=lambda e: e.id):
         if ctx.rng.random() >= ratio[_length_bin(r.last_turn)] * ctx.cfg.length_match_slack:
             drop.add(r.id)
     ctx.skipped["length_matched_out"] += len(drop)

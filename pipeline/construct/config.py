@@ -44,7 +44,9 @@ class CheckConfig(StageConfig):
         ge=-1.0, le=1.0, description="an open turn this close (MiniLM) to the shown dialog may be resolved by it"
     )
     rewrite_max_similarity: float = Field(
-        ge=-1.0, le=1.0, description="a turn this close (MiniLM) to its human rewrite stands alone: the rewrite adds little"
+        ge=-1.0,
+        le=1.0,
+        description="a turn this close (MiniLM) to its human rewrite stands alone: the rewrite adds little",
     )
 
 
@@ -75,9 +77,9 @@ class ConstructConfig(StageConfig):
         ge=0.0, le=1.0, description="chance a document-set row follows another conversation (topic switch)"
     )
     entities_per_seed: int = Field(ge=0, description="entities generalised per seed turn (loose questions)")
-    length_match: bool = Field(description="thin out clear rows whose turn length is over-represented")
+    length_match: bool = Field(description="thin out answer rows whose turn length is over-represented against asks")
     length_match_slack: float = Field(
-        ge=0.0, description="keep rate per length bin = min(1, slack * other share / clear share)"
+        ge=0.0, description="keep rate per length bin = min(1, slack * ask share / answer share)"
     )
     checks: CheckConfig = Field(description="meaning-check thresholds")
     gold: str | None = Field(
