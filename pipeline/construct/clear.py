@@ -8,7 +8,6 @@ from clariedge.construct.core import _cut_dialog, _docs, _Emitter, _pick_host, _
 from clariedge.construct.text import find_anchor, referent_terms
 from clariedge.schema import SeedTurn
 
-
 # a turn that points at what the assistant said ("what you mean by 'transportation layer'") stands alone only in
 # its own conversation
 _REFERS_TO_DIALOG = re.compile(
