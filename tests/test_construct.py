@@ -73,7 +73,7 @@ EXPECTED_CELLS = {(c, s) for c in CATEGORIES for s in ("pre_retrieval", "post_re
 
 def test_sample_covers_every_category_and_setting(sample_rows: list[Example]) -> None:
     assert _cells(sample_rows) == EXPECTED_CELLS
-    assert 600 <= len(sample_rows) <= 1500
+    assert 400 <= len(sample_rows) <= 1500  # length matching thins the long clear rows (498 with the defaults)
 
 
 def test_mtrag_covers_every_category_and_setting(mtrag_rows: list[Example]) -> None:

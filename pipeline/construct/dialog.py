@@ -3,8 +3,17 @@ dialog), `ad_cut_before_referent` (dialog cut before the referent), `ad_stitched
 
 from __future__ import annotations
 
-from clariedge.construct.core import _Ctx, _cut_dialog, _docs, _Emitter, _pick_host, _want, is_donor
-from clariedge.construct.text import anchored_referent, find_anchor, mentions_any, referent_terms
+from clariedge.construct.core import (
+    _Ctx,
+    _cut_dialog,
+    _docs,
+    _Emitter,
+    _pick_host,
+    _unrelated_docs,
+    _want,
+    is_donor,
+)
+from clariedge.construct.text import anchored_referent, find_anchor, mentions_any, referent_terms, terms
 from clariedge.construct.wording import clarify_dialog
 from clariedge.schema import Document, SeedTurn
 
@@ -47,11 +56,11 @@ def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
         # the same complete question with a definite reference ("what did the adjudicator say?") as the first
         # turn of a conversation: nothing before it can pin the reference down
         clar, tmpl = clarify_dialog(anchor, ctx.rng)
-        em.emit(
+        em.both(
             "ad_generalized_unpinned",
-            "pre_retrieval",
             [],
             seed.last_turn,
+            _unrelated_docs(seed, ref | terms(reference), ctx),
             clarification=clar,
             template=f"open.{tmpl}",
             reference=reference,

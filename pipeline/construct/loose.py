@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from clariedge.construct.checks import QUESTION_WORDS, SenseVerdict, broken_name, still_named
-from clariedge.construct.core import _Ctx, _cut_dialog, _docs, _Emitter, _pick_host, _want
+from clariedge.construct.core import _Ctx, _cut_dialog, _docs, _Emitter, _pick_host, _unrelated_docs, _want
 from clariedge.construct.entities import Entity, class_noun, generalize, text_entities, to_class
 from clariedge.construct.text import _DETERMINERS, Anchor, find_anchor, mentions_any, terms, words
 from clariedge.construct.wording import clarify_dialog, clarify_documents, display_head, plain_label
@@ -105,11 +105,11 @@ def _generalized_entity_rows(
             clar, tmpl = clarify_documents([plain_label(e, ctx.docs_by_title) for e in shown], ctx.rng, retrieved=False)
         else:
             labels, (clar, tmpl) = [], clarify_dialog(noun_anchor, ctx.rng)
-        em.emit(
+        em.both(
             "ad_generalized_unpinned",
-            "pre_retrieval",
             unpinned,
             loose,
+            _unrelated_docs(seed, hidden | terms(entity.head), ctx),
             clarification=clar,
             interpretations=labels,
             senses=senses,
@@ -233,11 +233,11 @@ def _class_rows(
         return
     if _want(ctx, "ad_generalized_unpinned"):
         clar, ctmpl = clarify_dialog(anchor, ctx.rng)
-        em.emit(
+        em.both(
             "ad_generalized_unpinned",
-            "pre_retrieval",
             unpinned,
             general,
+            _unrelated_docs(seed, terms(cls) | set().union(*(terms(e.head) for e in family)), ctx),
             clarification=clar,
             template=f"{tmpl}.{ctmpl}",
         )
