@@ -176,7 +176,7 @@ def test_missing_set_is_skipped_and_named(tmp_path: Path, caplog: pytest.LogCapt
         tmp_path / "present.jsonl",
         [_task(1, "how much does it cost?", "UNDERSPECIFIED"), _task(2, "how long is the lease?", "ANSWERABLE")],
     )
-    cfg = _cfg(adapter=False, baselines={"always_clear": True, "minilm": False, "zero_shot": False})
+    cfg = _cfg(adapter=False, lengths=False, baselines={"always_clear": True, "minilm": False, "zero_shot": False})
     out = tmp_path / "out"
     with caplog.at_level("WARNING"):
         r = _run_without_models({"mine": present, "gone_set": tmp_path / "nowhere.jsonl"}, tmp_path, cfg)
@@ -244,7 +244,12 @@ def test_baselines_end_to_end_on_a_tiny_labelled_file(tmp_path: Path) -> None:
                 }
             )
     f = _write(tmp_path / "tiny.jsonl", tasks)
-    cfg = _cfg(adapter=False, max_rows=None, baselines={"always_clear": True, "minilm": True, "zero_shot": False})
+    cfg = _cfg(
+        adapter=False,
+        lengths=False,
+        max_rows=None,
+        baselines={"always_clear": True, "minilm": True, "zero_shot": False},
+    )
     out = tmp_path / "out"
     r = _run_without_models({"tiny": f, "absent": tmp_path / "absent.jsonl"}, tmp_path, cfg, train=train)
     systems = r["sets"]["tiny"]["systems"]
@@ -257,3 +262,21 @@ def test_baselines_end_to_end_on_a_tiny_labelled_file(tmp_path: Path) -> None:
     preds = [json.loads(x) for x in (out / "predictions.jsonl").read_text().splitlines()]
     assert len(preds) == 48 and all(0.0 <= p["p_ask"] <= 1.0 for p in preds if p["system"] == "minilm")
     assert all((p["p_ask"] >= 0.5) == p["needs"] for p in preds if p["system"] == "minilm")
+
+
+def test_length_profiles_count_messages_words_and_prompt_tokens(base_model_dir: Path, tmp_path: Path) -> None:
+    """The train split's lengths beside a real set's: longer dialogs and passages give longer prompts."""
+    from clariedge.training.benchmark import length_profiles
+
+    short = [_task(i, "and the fees?", "ANSWERABLE", history=False) for i in range(4)]
+    long = [_task(i, "how does the lease compare on cost?", "UNDERSPECIFIED", docs=True) for i in range(4)]
+    rows = {}
+    for name, tasks in (("short", short), ("long", long)):
+        rows[name] = read_labelled(_write(tmp_path / f"{name}.jsonl", tasks), Rejects())
+    prof = length_profiles(rows, base_model_dir, window=None)
+    assert prof["short"]["messages"]["median"] == 1 and prof["long"]["messages"]["median"] == 3
+    assert prof["short"]["last_turn_words"]["median"] == 3 and prof["long"]["last_turn_words"]["median"] == 7
+    short_tokens, long_tokens = prof["short"]["prompt_tokens"]["median"], prof["long"]["prompt_tokens"]["median"]
+    assert long_tokens > short_tokens + 20 and prof["short"]["over_window"] is None
+    between = length_profiles(rows, base_model_dir, window=int(short_tokens + long_tokens) // 2)
+    assert between["short"]["over_window"] == 0.0 and between["long"]["over_window"] == 1.0

@@ -69,6 +69,7 @@ class ExternalConfig(StageConfig):
     baselines: ExternalBaselines
     generate: bool = Field(description="generate the adapter's questions for rows it asks about")
     max_generate: int = Field(ge=1, description="questions generated per set at most")
+    lengths: bool = Field(description="length profile of the train split and of every set (tokens, messages)")
     examples: int = Field(ge=0, description="example turns the adapter asks about, kept per set in the metrics")
     bootstrap: int = Field(ge=100, description="bootstrap resamples for the 95% interval")
 
@@ -463,6 +464,15 @@ def run(
         timed("zero_shot", zero_shot_pass)
         del base
 
+    # ---- how long the conversations are: the real sets beside the own train split ---------------------------
+    lengths: dict[str, Any] = {}
+    if rows_by_set and cfg.lengths:
+        from clariedge.training.data import load_examples
+
+        lengths = length_profiles(
+            {"train": load_examples(train_path), **rows_by_set}, base_dir, window.get("max_length") or max_length
+        )
+
     # ---- score and write --------------------------------------------------------------------------------
     for name, rows in rows_by_set.items():
         gold = [r.needs for r in rows]
@@ -485,12 +495,49 @@ def run(
         "skipped": sorted(n for n, s in info.items() if s["status"] != "scored"),
         "max_rows": cfg.max_rows,
         **window,
+        "lengths": lengths,
         "timing": timing,
     }
     write_json(metrics_path, result)
     write_jsonl(predictions_path, prediction_rows(rows_by_set, decisions, questions))
     plot(result, plot_path)
     return result
+
+
+def length_profiles(
+    groups: Mapping[str, Sequence[Any]], base_dir: str | Path, window: int | None
+) -> dict[str, dict[str, Any]]:
+    """Per group of rows (the train split, each real set): messages per row, words of the last turn, and the
+    model tokens of the whole prompt (chat template, instruction, dialog, passages) before any cut, as median
+    and 90th percentile, plus the share of prompts longer than the reading `window`."""
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    from clariedge.chat_format import build_messages
+
+    tok = AutoTokenizer.from_pretrained(str(base_dir))
+
+    def stats(values: Sequence[int]) -> dict[str, float]:
+        return {"median": float(np.median(values)), "p90": float(np.percentile(values, 90))}
+
+    out: dict[str, dict[str, Any]] = {}
+    for name, rows in groups.items():
+        if not rows:
+            continue
+        msgs = [[{"role": m.role, "content": m.content} for m in r.messages] for r in rows]
+        texts = [
+            tok.apply_chat_template(build_messages(m, r.documents), tokenize=False, add_generation_prompt=True)
+            for m, r in zip(msgs, rows, strict=True)
+        ]
+        tokens = [len(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"]]
+        out[name] = {
+            "rows": len(rows),
+            "messages": stats([len(m) for m in msgs]),
+            "last_turn_words": stats([len(m[-1]["content"].split()) for m in msgs]),
+            "prompt_tokens": stats(tokens),
+            "over_window": round(sum(t > window for t in tokens) / len(tokens), 4) if window else None,
+        }
+    return out
 
 
 def adapter_max_length(adapter_dir: str | Path) -> int | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -81,29 +82,34 @@ def _conversation_texts(by_conv: dict[str, list[SeedTurn]]) -> dict[str, list[st
 
 
 _LENGTH_BINS = (0, 4, 6, 8, 10, 12, 15, 19, 25, 10_000)
+_DEFINITE = re.compile(r"\b(?:the|this|that|these|those)\s+[a-z]", re.I)
+_PRONOUN = re.compile(r"\b(?:it|its|they|them|their|one|there)\b", re.I)
 
 
-def _length_bin(text: str) -> int:
+def _surface_bin(text: str) -> tuple[int, bool, bool]:
+    """What a shallow reader sees of a turn: its length (binned), a definite noun phrase, a pronoun."""
     n = len(words(text))
-    return next(i for i, edge in enumerate(_LENGTH_BINS[1:]) if n <= edge)
+    length = next(i for i, edge in enumerate(_LENGTH_BINS[1:]) if n <= edge)
+    return length, bool(_DEFINITE.search(text)), bool(_PRONOUN.search(text))
 
 
 def _length_match(rows: list[Example], ctx: _Ctx) -> list[Example]:
-    """Thin out rows a reader answers (seeded) where their last-turn length is over-represented against the rows
-    that need a question, so that length alone says little about the label.
+    """Thin out rows a reader answers (seeded) where their last turn's surface (length, a definite noun phrase, a
+    pronoun) is over-represented against the rows that need a question, so that none of them tells the label.
 
-    Human rewrites (clear) are long complete questions and typed follow-ups short; left alone, "short -> ask"
-    is the easiest rule in the data, and real users do the reverse (a complete question with an open reference)."""
+    Human rewrites (clear) are long complete questions full of "the ..." and typed follow-ups short; left alone,
+    "short -> ask" and "the -> answer" are the easiest rules in the data, and real users do the reverse (a
+    complete question with an open definite reference)."""
     answer = [r for r in rows if not r.needs_clarification]
     ask = [r for r in rows if r.needs_clarification]
     if not answer or not ask:
         return rows
-    a_hist = Counter(_length_bin(r.last_turn) for r in answer)
-    q_hist = Counter(_length_bin(r.last_turn) for r in ask)
+    a_hist = Counter(_surface_bin(r.last_turn) for r in answer)
+    q_hist = Counter(_surface_bin(r.last_turn) for r in ask)
     ratio = {b: (q_hist[b] / len(ask)) / (a_hist[b] / len(answer)) for b in a_hist}
     drop: set[str] = set()
     for r in sorted(answer, key=lambda e: e.id):
-        if ctx.rng.random() >= ratio[_length_bin(r.last_turn)] * ctx.cfg.length_match_slack:
+        if ctx.rng.random() >= ratio[_surface_bin(r.last_turn)] * ctx.cfg.length_match_slack:
             drop.add(r.id)
     ctx.skipped["length_matched_out"] += len(drop)
     return [r for r in rows if r.id not in drop]
