@@ -450,23 +450,27 @@ def test_names_are_words_the_corpus_capitalises() -> None:
 
 
 def test_length_alone_does_not_tell_the_label(sample_seeds: list[SeedTurn], mtrag_seeds) -> None:
-    """Rewrites are long and follow-ups short: without length matching "short -> ask" is the easiest rule in the
-    data, the reverse of real users. After it, the rows that need a question and the others have close
-    last-turn length distributions."""
+    """Rewrites are long complete questions: without matching, "short -> ask" is the easiest rule in the data, the
+    reverse of real users. After it, clear rows and the rows that need a question have close last-turn lengths,
+    while every ask row and every hard negative (short follow-ups real users write most) is kept."""
     import statistics
 
     from clariedge.construct.text import words
 
-    matched, _, _ = construct([*sample_seeds, *mtrag_seeds], FAST, rng=random.Random(3))
-    raw, _, _ = construct(
-        [*sample_seeds, *mtrag_seeds], FAST.model_copy(update={"length_match": False}), rng=random.Random(3)
-    )
+    seeds = [*sample_seeds, *mtrag_seeds]
+    matched, _, _ = construct(seeds, FAST, rng=random.Random(3))
+    raw, _, _ = construct(seeds, FAST.model_copy(update={"length_match": False}), rng=random.Random(3))
 
     def gap(rows: list[Example]) -> float:
         ask = [len(words(r.last_turn)) for r in rows if r.needs_clarification]
-        answer = [len(words(r.last_turn)) for r in rows if not r.needs_clarification]
-        return abs(statistics.mean(answer) - statistics.mean(ask))
+        clear = [len(words(r.last_turn)) for r in rows if r.category == "clear"]
+        return abs(statistics.mean(clear) - statistics.mean(ask))
 
-    assert gap(raw) > 2.0  # the construction alone: answers several words longer
+    def count(rows: list[Example], category: str) -> int:
+        return sum(r.category == category for r in rows)
+
+    assert gap(raw) > 2.0  # the construction alone: clear turns several words longer
     assert gap(matched) < gap(raw) / 2
-    assert sum(r.needs_clarification for r in matched) == sum(r.needs_clarification for r in raw)  # asks all kept
+    assert count(matched, "clear") < count(raw, "clear")
+    for category in ("ambiguous_dialog", "ambiguous_documents", "hard_negative"):
+        assert count(matched, category) == count(raw, category)

@@ -83,24 +83,27 @@ def _conversation_texts(by_conv: dict[str, list[SeedTurn]]) -> dict[str, list[st
 
 _LENGTH_BINS = (0, 4, 6, 8, 10, 12, 15, 19, 25, 10_000)
 _DEFINITE = re.compile(r"\b(?:the|this|that|these|those)\s+[a-z]", re.I)
-_PRONOUN = re.compile(r"\b(?:it|its|they|them|their|one|there)\b", re.I)
 
 
-def _surface_bin(text: str) -> tuple[int, bool, bool]:
-    """What a shallow reader sees of a turn: its length (binned), a definite noun phrase, a pronoun."""
+def _surface_bin(text: str) -> tuple[int, bool]:
+    """What a shallow reader sees of a turn: its length (binned) and whether it has a definite noun phrase.
+    (Not its pronouns: follow-ups with "it" that the dialog resolves are the hard negatives real users write.)"""
     n = len(words(text))
     length = next(i for i, edge in enumerate(_LENGTH_BINS[1:]) if n <= edge)
-    return length, bool(_DEFINITE.search(text)), bool(_PRONOUN.search(text))
+    return length, bool(_DEFINITE.search(text))
 
 
 def _length_match(rows: list[Example], ctx: _Ctx) -> list[Example]:
-    """Thin out rows a reader answers (seeded) where their last turn's surface (length, a definite noun phrase, a
-    pronoun) is over-represented against the rows that need a question, so that none of them tells the label.
+    """Thin out clear rows (seeded) where their last turn's surface (length, a definite noun phrase) is
+    over-represented against the rows that need a question, so that neither tells the label. Hard negatives are
+    kept whole: they are the short follow-ups real users write most, and the model must answer them.
 
     Human rewrites (clear) are long complete questions full of "the ..." and typed follow-ups short; left alone,
     "short -> ask" and "the -> answer" are the easiest rules in the data, and real users do the reverse (a
     complete question with an open definite reference)."""
-    answer = [r for r in rows if not r.needs_clarification]
+    answer = [
+        r for r in rows if r.category == "clear"
+    ]  # hard negatives are kept whole: short follow-ups a reader answers
     ask = [r for r in rows if r.needs_clarification]
     if not answer or not ask:
         return rows

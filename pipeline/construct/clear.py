@@ -11,7 +11,9 @@ from clariedge.schema import SeedTurn
 # a turn that points at what the assistant said ("what you mean by 'transportation layer'") stands alone only in
 # its own conversation
 _REFERS_TO_DIALOG = re.compile(
-    r"\byou\s+(?:mean|meant|said|say|mentioned|described|listed|suggested|wrote)\b|\bmentioned\b", re.I
+    r"\byou\s+(?:mean|meant|said|say|mentioned|described|listed|suggested|wrote)\b|\bmentioned\b"
+    r"|\bin (?:this|that) (?:context|case)\b|\b(?:the )?(?:above|previous(?:ly)?|aforementioned)\b",
+    re.I,
 )
 
 
