@@ -50,7 +50,7 @@ def construct(
         _generalized_rows(em, seed, hosts)
     rows = _dedup(out, ctx)
     if cfg.length_match:
-        rows = _length_match(rows, ctx)
+        rows = _surface_match(rows, ctx)
     rows.sort(key=lambda e: (e.conversation_id, e.provenance.seed_id, e.category, e.setting, e.id))
     stats = _stats(rows, ctx, len(seeds), cfg)
     if cfg.gold:
@@ -93,7 +93,7 @@ def _surface_bin(text: str) -> tuple[int, bool]:
     return length, bool(_DEFINITE.search(text))
 
 
-def _length_match(rows: list[Example], ctx: _Ctx) -> list[Example]:
+def _surface_match(rows: list[Example], ctx: _Ctx) -> list[Example]:
     """Thin out clear rows (seeded) where their last turn's surface (length, a definite noun phrase) is
     over-represented against the rows that need a question, so that neither tells the label. Hard negatives are
     kept whole: they are the short follow-ups real users write most, and the model must answer them.
@@ -101,17 +101,15 @@ def _length_match(rows: list[Example], ctx: _Ctx) -> list[Example]:
     Human rewrites (clear) are long complete questions full of "the ..." and typed follow-ups short; left alone,
     "short -> ask" and "the -> answer" are the easiest rules in the data, and real users do the reverse (a
     complete question with an open definite reference)."""
-    answer = [
-        r for r in rows if r.category == "clear"
-    ]  # hard negatives are kept whole: short follow-ups a reader answers
+    clear = [r for r in rows if r.category == "clear"]
     ask = [r for r in rows if r.needs_clarification]
-    if not answer or not ask:
+    if not clear or not ask:
         return rows
-    a_hist = Counter(_surface_bin(r.last_turn) for r in answer)
+    c_hist = Counter(_surface_bin(r.last_turn) for r in clear)
     q_hist = Counter(_surface_bin(r.last_turn) for r in ask)
-    ratio = {b: (q_hist[b] / len(ask)) / (a_hist[b] / len(answer)) for b in a_hist}
+    ratio = {b: (q_hist[b] / len(ask)) / (c_hist[b] / len(clear)) for b in c_hist}
     drop: set[str] = set()
-    for r in sorted(answer, key=lambda e: e.id):
+    for r in sorted(clear, key=lambda e: e.id):
         if ctx.rng.random() >= ratio[_surface_bin(r.last_turn)] * ctx.cfg.length_match_slack:
             drop.add(r.id)
     ctx.skipped["length_matched_out"] += len(drop)

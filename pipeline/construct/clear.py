@@ -29,7 +29,7 @@ def _clear_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
         # stitched ambiguous rows do: where a turn stands says nothing about its label
         host = _pick_host(seed, set(), None, hosts, ctx)
         if host is not None:
-            history, documents = host.messages[:-1], host.documents if not seed.documents else seed.documents
+            history, documents = host.messages[:-1], seed.documents or host.documents
     # standalone by a human rewrite equal to the turn, or a first turn, or a turn with nothing pointing outside it
     judged = seed.rewrite is not None or seed.turn == 1 or find_anchor(seed.last_turn, None) is None
     if _want(ctx, "clear_as_is") and seed.is_standalone:
