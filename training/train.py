@@ -22,11 +22,7 @@ import hashlib
 import json
 import logging
 import math
-import os
 import random
-import resource
-import shutil
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -40,16 +36,18 @@ from clariedge.chat_format import FORMAT_VERSION
 from clariedge.config import StageConfig
 from clariedge.io import write_json
 from clariedge.schema import CATEGORIES, Example
-from clariedge.training.data import (
-    Encoded,
-    answer_ce,
-    answer_loss,
-    encode_example,
-    load_examples,
-    stratified_sample,
-)
-from clariedge.training.frozen import FrozenBottom, collate_rows
+from clariedge.training.data import Encoded, encode_example, load_examples, stratified_sample
+from clariedge.training.frozen import collate_rows
 from clariedge.training.infer import Precision, use_bf16_for
+from clariedge.training.loop import (
+    AnswerLossModel,
+    Checkpoint,
+    Run,
+    frozen_bottom,
+    peak_ram_mb,
+    run_steps,
+    save_adapter,
+)
 
 log = logging.getLogger(__name__)
 
@@ -177,29 +175,6 @@ class _EpochSampler:
         return math.ceil(len(self.lengths) / self.batch_size)
 
 
-class AnswerLossModel(torch.nn.Module):
-    """The LM with the answer-only loss as its forward, so DDP sees one forward per step.
-
-    With `bottom` (a filled `FrozenBottom`), only the layers above the cached ones run.
-    """
-
-    def __init__(self, lm: Any) -> None:
-        super().__init__()
-        self.lm = lm
-        self.bottom: FrozenBottom | None = None
-
-    def forward(self, batch: dict[str, Any]) -> Any:
-        if self.bottom is not None:
-            return answer_ce(self.bottom.tail_logits(batch), batch)
-        return answer_loss(self.lm, batch)
-
-
-def peak_ram_mb() -> float:
-    """Peak resident memory of this process (MB)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return round(peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024, 1)
-
-
 def _fingerprint(cfg: TrainConfig, rows: Sequence[Example], base_dir: Path, use_bf16: bool) -> str:
     """What a checkpoint must match to be resumed: params, rows, base model and the precision used
     (resolved: `auto` is bf16 on one machine and fp32 on another)."""
@@ -216,48 +191,136 @@ def _fingerprint(cfg: TrainConfig, rows: Sequence[Example], base_dir: Path, use_
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def frozen_bottom(
-    lm: Any,
-    start: int,
-    encoded: Sequence[Encoded],
-    pad_id: int,
-    batch_size: int,
-    check_batch: dict[str, Any],
+# ---------------------------------------------------------------------------------------------
+# The steps of a run
+# ---------------------------------------------------------------------------------------------
+def start(cfg: TrainConfig, seed: int) -> tuple[Any, bool]:
+    """Seed first, then threads, device and precision: the `Accelerator`, and whether it runs in bf16."""
+    from accelerate import Accelerator
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    use_bf16 = use_bf16_for(cfg.precision)
+    accelerator = Accelerator(gradient_accumulation_steps=cfg.grad_accum, mixed_precision="bf16" if use_bf16 else "no")
+    return accelerator, use_bf16
+
+
+def encode_rows(tok: Any, rows: Sequence[Example], max_length: int) -> tuple[list[Encoded], dict[str, Any]]:
+    """Each row encoded within `max_length`; the mean and longest length, and how many rows each way of
+    shortening touched."""
+    encoded = [encode_example(tok, r, max_length) for r in rows]
+    lengths = [len(e.input_ids) for e in encoded]
+    trunc: Counter[str] = Counter()
+    for e in encoded:
+        trunc["truncated_documents"] += e.info.truncated_docs
+        trunc["shortened_messages_rows"] += e.info.shortened_messages
+        trunc["dropped_messages_rows"] += e.info.dropped_messages > 0
+        trunc["cut_middle"] += e.info.cut_middle
+        trunc["dropped_documents_rows"] += e.info.dropped_documents > 0
+    stats = {"mean_length": round(sum(lengths) / len(lengths), 1), "max_length": max(lengths)}
+    return encoded, stats | dict(sorted(trunc.items()))
+
+
+def prepare(
+    accelerator: Any, base_dir: Path, cfg: TrainConfig, sampler: _EpochSampler, collate_fn: Any, ckpt: Checkpoint
+) -> Run:
+    """The base model (fp32) with LoRA adapters in the answer-loss wrapper, AdamW with a linear warmup and
+    decay over the run's optimizer steps, the batches, all through `accelerator.prepare`."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, get_linear_schedule_with_warmup
+
+    lm = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    lm.config.use_cache = False
+    lcfg = LoraConfig(
+        r=cfg.lora.r,
+        lora_alpha=cfg.lora.alpha,
+        lora_dropout=cfg.lora.dropout,
+        target_modules=list(cfg.lora.target_modules),
+        layers_to_transform=cfg.lora.layers(lm.config.num_hidden_layers),
+        task_type="CAUSAL_LM",
+    )
+    model = AnswerLossModel(get_peft_model(lm, lcfg))
+    params = [p for p in model.parameters() if p.requires_grad]
+    steps_per_epoch = math.ceil(len(sampler) / cfg.grad_accum)
+    total_steps = max(1, math.ceil(steps_per_epoch * cfg.epochs))
+    if cfg.max_steps:
+        total_steps = min(total_steps, cfg.max_steps)
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * total_steps), total_steps)
+    loader = torch.utils.data.DataLoader(range(len(sampler.lengths)), batch_sampler=sampler, collate_fn=collate_fn)
+    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    trainable = sum(p.numel() for p in params)
+    return Run(accelerator, model, optimizer, scheduler, loader, sampler, steps_per_epoch, total_steps, trainable, ckpt)
+
+
+def cache_bottom(
+    run: Run, cfg: TrainConfig, encoded: Sequence[Encoded], pad_id: int, collate_fn: Any, progress: bool
+) -> dict[str, Any]:
+    """With `frozen_cache` and no adapter in the bottom layers, run those layers once per row (`frozen_bottom`,
+    checked on the first batch) and train the top layers on their cached output; what was done."""
+    lm = run.unwrapped.lm
+    adapter_layers = cfg.lora.layers(lm.config.num_hidden_layers)
+    start_layer = min(adapter_layers) if adapter_layers else 0
+    if not (cfg.frozen_cache and start_layer > 0):
+        return {"used": False}
+    check_batch = collate_fn(next(iter(run.sampler)))
+    run.unwrapped.bottom, frozen = frozen_bottom(
+        lm,
+        start_layer,
+        encoded,
+        pad_id,
+        cfg.batch_size,
+        check_batch,
+        autocast=run.accelerator.autocast,
+        progress=progress,
+    )
+    return frozen
+
+
+def train_metrics(
+    run: Run,
+    rows: Sequence[Example],
+    cfg: TrainConfig,
     *,
-    autocast: Any,
-    progress: bool,
-) -> tuple[FrozenBottom | None, dict[str, Any]]:
-    """Cache the bottom `start` layers' output for every row, then check on one batch (eval mode) that
-    the top-layer path gives the plain forward's loss; when it does not (an architecture
-    `frozen.run_layers` does not cover), warn and train with the plain forward."""
-    t0 = time.perf_counter()
-    bottom = FrozenBottom(lm, start)
-    bottom.fill(encoded, pad_id, batch_size, autocast=autocast, progress=progress)
-    dev = next(lm.parameters()).device
-    batch = {k: v.to(dev) for k, v in check_batch.items()}
-    lm.eval()
-    with torch.no_grad(), autocast():
-        plain = float(answer_loss(lm, batch))
-        cached = float(answer_ce(bottom.tail_logits(batch), batch))
-    lm.train()
-    info = {
-        "used": abs(plain - cached) <= 1e-2 * max(1.0, abs(plain)),
-        "layers": start,
-        "rows": len(encoded),
-        "mb": round(sum(s.numel() for s in bottom.states) * 4 / 2**20, 1),
-        "seconds": round(time.perf_counter() - t0, 1),
-        "check_loss": {"plain": round(plain, 5), "cached": round(cached, 5)},
+    variant: str,
+    lengths: dict[str, Any],
+    precision: str,
+    wall: float,
+    frozen: dict[str, Any],
+) -> dict[str, Any]:
+    """The run's metrics: rows, steps, lengths, throughput, memory, the loss curve."""
+    done, processes, curve = run.progress, run.accelerator.num_processes, run.progress.curve
+    metrics: dict[str, Any] = {
+        "variant": variant,
+        "rows": len(rows),
+        "rows_by_category": dict(sorted(Counter(r.category for r in rows).items())),
+        "steps": done.step,
+        "epochs": round(done.step / run.steps_per_epoch, 3),
+        "batch_size": cfg.batch_size,
+        "grad_accum": cfg.grad_accum,
+        "processes": processes,
+        "trainable_parameters": run.trainable,
+        **lengths,
+        "tokens": done.tokens,
+        "tokens_per_s": round(done.run_tokens * processes / wall, 1) if wall > 0 else None,
+        "wall_s": round(done.prior_wall + wall, 1),
+        "peak_ram_mb": peak_ram_mb(),
+        "first_loss": curve[0]["loss"] if curve else None,
+        "final_loss": round(sum(c["loss"] for c in curve[-5:]) / len(curve[-5:]), 5) if curve else None,
+        "device": str(run.accelerator.device),
+        "precision": precision,
+        "frozen_cache": frozen,
+        "loss_curve": curve,
     }
-    if not info["used"]:
-        log.warning(
-            "frozen_cache: the top-layer path gives loss %.5f against %.5f: using the plain forward", cached, plain
-        )
-        return None, info
-    return bottom, info
+    if torch.cuda.is_available():
+        metrics["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+    return metrics
 
 
 # ---------------------------------------------------------------------------------------------
-# The training loop
+# A run
 # ---------------------------------------------------------------------------------------------
 def train(
     rows: Sequence[Example],
@@ -275,234 +338,67 @@ def train(
     `stop_after`: leave after this many optimizer steps of this run with a checkpoint written (no adapter
     saved; `{"interrupted": True, ...}` returned); the next call resumes from it. For split or tested runs.
     """
-    from accelerate import Accelerator
-    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
-    from tqdm.auto import tqdm
-    from transformers import AutoModelForCausalLM, AutoTokenizer, get_linear_schedule_with_warmup
+    from transformers import AutoTokenizer
 
     # ---- seed first, threads, device and precision -------------------------------------------
-    random.seed(seed)
-    torch.manual_seed(seed)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    accelerator, use_bf16 = start(cfg, seed)
     base_dir, out_dir = Path(base_dir), Path(out_dir)
-    use_bf16 = use_bf16_for(cfg.precision)
-    accelerator = Accelerator(gradient_accumulation_steps=cfg.grad_accum, mixed_precision="bf16" if use_bf16 else "no")
-    is_main = accelerator.is_main_process
+    precision = "bf16" if use_bf16 else "fp32"
     log.info(
         "train %s: %d rows, device %s, precision %s, config %s",
         variant,
         len(rows),
         accelerator.device,
-        "bf16" if use_bf16 else "fp32",
+        precision,
         cfg.model_dump(exclude={"variants"}),
     )
     if not rows:
         raise ValueError("no training rows left after selection")
 
-    # ---- tokenizer, encoding ---------------------------------------------------------------------
+    # ---- tokenizer, encoding, batches ---------------------------------------------------------------
     tok = AutoTokenizer.from_pretrained(base_dir)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    encoded: list[Encoded] = [encode_example(tok, r, cfg.max_length) for r in rows]
-    lengths = [len(e.input_ids) for e in encoded]
-    trunc = Counter()
-    for e in encoded:
-        trunc["truncated_documents"] += e.info.truncated_docs
-        trunc["shortened_messages_rows"] += e.info.shortened_messages
-        trunc["dropped_messages_rows"] += e.info.dropped_messages > 0
-        trunc["cut_middle"] += e.info.cut_middle
-        trunc["dropped_documents_rows"] += e.info.dropped_documents > 0
-
-    sampler = _EpochSampler(lengths, cfg.batch_size, seed)
+    encoded, lengths = encode_rows(tok, rows, cfg.max_length)
+    sampler = _EpochSampler([len(e.input_ids) for e in encoded], cfg.batch_size, seed)
     collate_fn = collate_rows(encoded, tok.pad_token_id, cfg.decision_weight)
-    loader = torch.utils.data.DataLoader(range(len(encoded)), batch_sampler=sampler, collate_fn=collate_fn)
 
-    # ---- model + LoRA -------------------------------------------------------------------------------
-    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
-    model.config.use_cache = False
-    lcfg = LoraConfig(
-        r=cfg.lora.r,
-        lora_alpha=cfg.lora.alpha,
-        lora_dropout=cfg.lora.dropout,
-        target_modules=list(cfg.lora.target_modules),
-        layers_to_transform=cfg.lora.layers(model.config.num_hidden_layers),
-        task_type="CAUSAL_LM",
-    )
-    adapter_layers = cfg.lora.layers(model.config.num_hidden_layers)
-    model = AnswerLossModel(get_peft_model(model, lcfg))
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    batches_per_epoch = len(sampler)
-    steps_per_epoch = math.ceil(batches_per_epoch / cfg.grad_accum)
-    total_steps = max(1, math.ceil(steps_per_epoch * cfg.epochs))
-    if cfg.max_steps:
-        total_steps = min(total_steps, cfg.max_steps)
-    optimizer = torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=cfg.weight_decay
-    )
-    scheduler = get_linear_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * total_steps), total_steps)
-    model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
-
-    # ---- resume from a checkpoint of the same run -------------------------------------------------------
+    # ---- model + LoRA, optimizer, schedule; resume from a checkpoint of the same run ------------------------
     fp = _fingerprint(cfg, rows, base_dir, use_bf16)
-    ckpt_dir = Path(cfg.checkpoint_dir) / variant
-    ckpt_file = ckpt_dir / "state.pt"
-    step, curve, tokens_seen, prior_wall = 0, [], 0, 0.0
-    if ckpt_file.exists():
-        state = torch.load(ckpt_file, map_location="cpu", weights_only=False)
-        if state.get("fingerprint") == fp:
-            set_peft_model_state_dict(accelerator.unwrap_model(model).lm, state["adapter"])
-            optimizer.load_state_dict(state["optimizer"])
-            scheduler.load_state_dict(state["scheduler"])
-            torch.set_rng_state(state["torch_rng"])
-            step, curve = state["step"], state["curve"]
-            tokens_seen, prior_wall = state["tokens"], state["wall_s"]
-            log.info("resumed %s from %s at step %d/%d", variant, ckpt_file, step, total_steps)
-        else:
-            log.warning("ignoring checkpoint %s: it belongs to other data or params", ckpt_file)
+    ckpt = Checkpoint(Path(cfg.checkpoint_dir) / variant, fp)
+    run = prepare(accelerator, base_dir, cfg, sampler, collate_fn, ckpt)
+    run.resume()
+    if run.progress.step:
+        log.info("resumed %s from %s at step %d/%d", variant, run.checkpoint.file, run.progress.step, run.total_steps)
 
-    def save_checkpoint() -> None:
-        if not is_main:
-            return
-        ckpt_dir.mkdir(parents=True, exist_ok=True)
-        state = {
-            "fingerprint": fp,
-            "adapter": get_peft_model_state_dict(accelerator.unwrap_model(model).lm),
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(),
-            "torch_rng": torch.get_rng_state(),
-            "step": step,
-            "curve": curve,
-            "tokens": tokens_seen,
-            "wall_s": prior_wall + (time.perf_counter() - t0),
-        }
-        tmp = ckpt_file.with_suffix(".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, ckpt_file)
+    # ---- the frozen bottom layers, once per row (in the wall time); the loop ------------------------------------
+    show = progress and accelerator.is_main_process
+    run.model.train()
+    run.progress.t0 = time.perf_counter()
+    frozen = cache_bottom(run, cfg, encoded, tok.pad_token_id, collate_fn, show)
+    finished = run_steps(
+        run,
+        grad_accum=cfg.grad_accum,
+        log_every=cfg.log_every,
+        save_every=cfg.save_every,
+        stop_after=stop_after,
+        desc=f"train {variant}",
+        progress=show,
+    )
+    if not finished:
+        return {"interrupted": True, "steps": run.progress.step, "loss_curve": run.progress.curve}
+    wall = run.progress.wall()
 
-    # ---- the frozen bottom layers, once per row (in the wall time) ---------------------------------------------
-    model.train()
-    start_step = step
-    t0 = time.perf_counter()
-    start_layer = min(adapter_layers) if adapter_layers else 0
-    frozen: dict[str, Any] = {"used": False}
-    if cfg.frozen_cache and start_layer > 0:
-        unwrapped = accelerator.unwrap_model(model)
-        unwrapped.bottom, frozen = frozen_bottom(
-            unwrapped.lm,
-            start_layer,
-            encoded,
-            tok.pad_token_id,
-            cfg.batch_size,
-            collate_fn(next(iter(sampler))),
-            autocast=accelerator.autocast,
-            progress=progress and is_main,
-        )
-
-    # ---- loop ----------------------------------------------------------------------------------------------
-    run_tokens = 0
-    bar = tqdm(total=total_steps, initial=step, desc=f"train {variant}", disable=not (progress and is_main))
-    epoch = step // steps_per_epoch
-    window_loss, window_n = 0.0, 0
-    while step < total_steps:
-        sampler.set_epoch(epoch)
-        skip = (step - epoch * steps_per_epoch) * cfg.grad_accum
-        epoch_loader = accelerator.skip_first_batches(loader, skip) if skip else loader
-        for batch in epoch_loader:
-            with accelerator.accumulate(model):
-                loss_t = model(batch)
-                accelerator.backward(loss_t)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad()
-            n_tok = int(batch["attention_mask"].sum()) + batch["prefix_ids"].shape[1] * batch["input_ids"].shape[0]
-            run_tokens += n_tok
-            tokens_seen += n_tok
-            window_loss += float(loss_t.detach())
-            window_n += 1
-            if accelerator.sync_gradients:
-                step += 1
-                bar.update(1)
-                loss = window_loss / max(1, window_n)
-                window_loss, window_n = 0.0, 0
-                curve.append({"step": step, "loss": round(loss, 5), "lr": float(scheduler.get_last_lr()[0])})
-                bar.set_postfix(loss=f"{loss:.4f}")
-                if step % cfg.log_every == 0:
-                    log.info("step %d/%d loss %.4f", step, total_steps, loss)
-                if step % cfg.save_every == 0 and step < total_steps:
-                    save_checkpoint()
-                if stop_after is not None and step - start_step >= stop_after and step < total_steps:
-                    save_checkpoint()
-                    bar.close()
-                    return {"interrupted": True, "steps": step, "loss_curve": curve}
-                if step >= total_steps:
-                    break
-        epoch += 1
-    bar.close()
-    wall = time.perf_counter() - t0
-
-    # ---- save the adapter, the tokenizer and the metadata -------------------------------------------------------
+    # ---- metrics; the adapter, the tokenizer and the metadata -------------------------------------------------------
     accelerator.wait_for_everyone()
-    metrics: dict[str, Any] = {
-        "variant": variant,
-        "rows": len(rows),
-        "rows_by_category": dict(sorted(Counter(r.category for r in rows).items())),
-        "steps": step,
-        "epochs": round(step / steps_per_epoch, 3),
-        "batch_size": cfg.batch_size,
-        "grad_accum": cfg.grad_accum,
-        "processes": accelerator.num_processes,
-        "trainable_parameters": trainable,
-        "mean_length": round(sum(lengths) / len(lengths), 1),
-        "max_length": max(lengths),
-        **dict(sorted(trunc.items())),
-        "tokens": tokens_seen,
-        "tokens_per_s": round(run_tokens * accelerator.num_processes / wall, 1) if wall > 0 else None,
-        "wall_s": round(prior_wall + wall, 1),
-        "peak_ram_mb": peak_ram_mb(),
-        "first_loss": curve[0]["loss"] if curve else None,
-        "final_loss": round(sum(c["loss"] for c in curve[-5:]) / len(curve[-5:]), 5) if curve else None,
-        "device": str(accelerator.device),
-        "precision": "bf16" if use_bf16 else "fp32",
-        "frozen_cache": frozen,
-        "loss_curve": curve,
-    }
-    if torch.cuda.is_available():
-        metrics["peak_gpu_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
-    if is_main:
-        tmp = out_dir.with_name(out_dir.name + ".tmp")
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        unwrapped = accelerator.unwrap_model(model).lm
-        unwrapped.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
-        meta = {
-            "variant": variant,
-            "base_model": _portable(base_dir, out_dir),
-            "format_version": FORMAT_VERSION,
-            "max_length": cfg.max_length,
-            "seed": seed,
-            "fingerprint": fp,
-            "config": cfg.model_dump(exclude={"variants"}),
-        }
-        (tmp / "clariedge_adapter.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        cfg_path = tmp / "adapter_config.json"
-        acfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-        acfg["base_model_name_or_path"] = meta["base_model"]
-        cfg_path.write_text(json.dumps(acfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-        if ckpt_file.exists():
-            shutil.rmtree(ckpt_dir, ignore_errors=True)
+    metrics = train_metrics(
+        run, rows, cfg, variant=variant, lengths=lengths, precision=precision, wall=wall, frozen=frozen
+    )
+    if accelerator.is_main_process:
+        meta = {"variant": variant, "max_length": cfg.max_length, "seed": seed, "fingerprint": fp}
+        save_adapter(run.unwrapped.lm, tok, base_dir, out_dir, meta | {"config": cfg.model_dump(exclude={"variants"})})
+        run.checkpoint.remove()
     return metrics
-
-
-def _portable(base_dir: Path, out_dir: Path) -> str:
-    """The base model path as written in the adapter: relative to the adapter folder when it is a local folder."""
-    if base_dir.exists():
-        return os.path.relpath(base_dir.resolve(), out_dir.resolve())
-    return str(base_dir)
 
 
 def calibrate(
