@@ -34,12 +34,12 @@ Params:  `external.*` (sets, max_rows, adapter, baselines.*, generate, max_gener
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import json
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ from pydantic import Field
 from clariedge.config import StageConfig
 from clariedge.io import Rejects, save_figure, write_json, write_jsonl
 from clariedge.schema import Document, Message
+from clariedge.training.benchmark_systems import Prediction, predict_sets
 
 log = logging.getLogger(__name__)
 
@@ -226,66 +227,6 @@ def score(
 
 
 # ---------------------------------------------------------------------------------------------
-# The systems: each maps rows to (decisions, P(ask) or None)
-# ---------------------------------------------------------------------------------------------
-Prediction = tuple[list[bool], list[float] | None]
-
-
-def always_clear(rows: Sequence[LabelledRow]) -> Prediction:
-    return [False] * len(rows), None
-
-
-def fit_minilm(train_rows: Sequence[Any], *, seed: int) -> Callable[[Sequence[Any]], Prediction]:
-    """The `evaluate` stage's MiniLM classifier (same three views), trained on the train split; P(ask) kept."""
-    import numpy as np
-    from sklearn.linear_model import LogisticRegression
-
-    from clariedge.embed import embed
-    from clariedge.training.evaluate import minilm_texts
-
-    def features(rows: Sequence[Any]) -> Any:
-        views = [minilm_texts(r) for r in rows]
-        return np.concatenate([embed([v[j] for v in views]) for j in range(3)], axis=1)
-
-    y = [int(r.needs_clarification) for r in train_rows]
-    if len(set(y)) < 2:
-        only = bool(y[0]) if y else False
-        log.warning("minilm: the train split has one class only; it predicts %s everywhere", "ask" if only else "CLEAR")
-        return lambda rows: ([only] * len(rows), None)
-    clf = LogisticRegression(max_iter=2000, C=1.0, random_state=seed).fit(features(train_rows), y)
-
-    def predict(rows: Sequence[Any]) -> Prediction:
-        if not rows:
-            return [], []
-        p = clf.predict_proba(features(rows))[:, list(clf.classes_).index(1)]
-        return [bool(x >= 0.5) for x in p], [round(float(x), 5) for x in p]
-
-    return predict
-
-
-def lm_decide(clarifier: Any, rows: Sequence[LabelledRow], *, desc: str, progress: bool = True) -> Prediction:
-    """Decisions from P(CLEAR) below the clarifier's threshold, in chunks (a progress bar); P(ask) = 1 - P(CLEAR)."""
-    from tqdm.auto import tqdm
-
-    items = [(r.messages, r.documents or None) for r in rows]
-    chunk = max(1, clarifier.batch_size * 8)
-    decided: list[tuple[float, bool]] = []
-    with tqdm(total=len(items), desc=desc, unit="row", disable=not progress, leave=False) as bar:
-        for i in range(0, len(items), chunk):
-            decided.extend(clarifier.decide(items[i : i + chunk]))
-            bar.update(len(items[i : i + chunk]))
-    return [n for _, n in decided], [round(1.0 - p, 5) for p, _ in decided]
-
-
-def lm_questions(clarifier: Any, rows: Sequence[LabelledRow], flagged: Sequence[int]) -> dict[int, str | None]:
-    """The question the model asks (greedy; `CLEAR` forbidden first) for the rows at `flagged`; None if unparseable."""
-    from clariedge.training.infer import parse_answer
-
-    raws = clarifier.generate([(rows[i].messages, rows[i].documents or None) for i in flagged], question=True)
-    return {i: parse_answer(raw) for i, raw in zip(flagged, raws, strict=True)}
-
-
-# ---------------------------------------------------------------------------------------------
 # Plot
 # ---------------------------------------------------------------------------------------------
 def plot(result: Mapping[str, Any], path: str | Path) -> None:
@@ -383,125 +324,61 @@ def run(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Score every enabled system on every labelled set present; write metrics, plot and per-row predictions."""
+    from clariedge.training.data import load_examples
+
     t_start = time.perf_counter()
     rows_by_set, info = load_sets(sets, cfg.max_rows, seed)
-    decisions: dict[str, dict[str, Prediction]] = {n: {} for n in rows_by_set}  # set -> system -> prediction
-    questions: dict[str, dict[int, str | None]] = {}
-    timing: dict[str, Any] = {}
-    window: dict[str, Any] = {}
-
-    def timed(system: str, fn: Callable[[], None]) -> None:
-        t0 = time.perf_counter()
-        fn()
-        n = sum(len(r) for r in rows_by_set.values())
-        wall = time.perf_counter() - t0
-        timing[system] = {"seconds": round(wall, 1), "rows_per_s": round(n / wall, 2) if wall >= 0.1 else None}
-
-    if rows_by_set and (cfg.adapter or cfg.baselines.zero_shot) and threads:
-        import torch
-
-        torch.set_num_threads(threads)
-
-    # ---- the adapter ------------------------------------------------------------------------------
-    if rows_by_set and cfg.adapter:
-        from clariedge.training.infer import Clarifier
-
-        clar = Clarifier(
-            adapter_dir,
-            base=base_dir,
-            max_length=max_length,
-            batch_size=batch_size,
-            max_new_tokens=max_new_tokens,
-            precision=precision,
-        )
-        window = {"max_length": clar.max_length, "adapter_threshold": round(clar.threshold, 5)}
-
-        def adapter_pass() -> None:
-            for name, rows in rows_by_set.items():
-                decisions[name]["adapter"] = lm_decide(clar, rows, desc=f"adapter {name}", progress=progress)
-                if cfg.generate:
-                    flagged = [i for i, n in enumerate(decisions[name]["adapter"][0]) if n][: cfg.max_generate]
-                    questions[name] = lm_questions(clar, rows, flagged) if flagged else {}
-
-        timed("adapter", adapter_pass)
-        del clar
-
-    # ---- baselines ------------------------------------------------------------------------------------
-    if rows_by_set and cfg.baselines.always_clear:
-
-        def always_clear_pass() -> None:
-            for name, rows in rows_by_set.items():
-                decisions[name]["always_clear"] = always_clear(rows)
-
-        timed("always_clear", always_clear_pass)
-    if rows_by_set and cfg.baselines.minilm:
-        from clariedge.training.data import load_examples
-
-        def minilm_pass() -> None:
-            predict = fit_minilm(load_examples(train_path), seed=seed)
-            for name, rows in rows_by_set.items():
-                decisions[name]["minilm"] = predict(rows)
-
-        timed("minilm", minilm_pass)
-    if rows_by_set and cfg.baselines.zero_shot:
-        from clariedge.training.infer import Clarifier
-
-        length = window.get("max_length") or max_length or adapter_max_length(adapter_dir)
-        base = Clarifier(
-            None,
-            base=base_dir,
-            max_length=length,
-            batch_size=batch_size,
-            max_new_tokens=max_new_tokens,
-            precision=precision,
-        )
-        window.setdefault("max_length", base.max_length)
-
-        def zero_shot_pass() -> None:
-            for name, rows in rows_by_set.items():
-                decisions[name]["zero_shot"] = lm_decide(base, rows, desc=f"zero_shot {name}", progress=progress)
-
-        timed("zero_shot", zero_shot_pass)
-        del base
+    train_rows = functools.cache(lambda: load_examples(train_path))  # read once, by the systems that need it
+    lm = {"max_length": max_length, "batch_size": batch_size, "max_new_tokens": max_new_tokens, "precision": precision}
+    passes = predict_sets(
+        rows_by_set, train_rows, adapter_dir, base_dir, cfg, lm, seed=seed, threads=threads, progress=progress
+    )
 
     # ---- how long the conversations are: the real sets beside the own train split ---------------------------
     lengths: dict[str, Any] = {}
     if rows_by_set and cfg.lengths:
-        from clariedge.training.data import load_examples
-
-        lengths = length_profiles(
-            {"train": load_examples(train_path), **rows_by_set}, base_dir, window.get("max_length") or max_length
-        )
+        window = passes.window.get("max_length") or max_length
+        lengths = length_profiles({"train": train_rows(), **rows_by_set}, base_dir, window)
 
     # ---- score and write --------------------------------------------------------------------------------
     for name, rows in rows_by_set.items():
-        gold = [r.needs for r in rows]
-        systems = {}
-        for system in SYSTEMS:
-            if system in decisions[name]:
-                needs, p_ask = decisions[name][system]
-                systems[system] = score(gold, needs, p_ask, seed=seed, n_boot=cfg.bootstrap)
-        if "adapter" in systems:
-            systems["adapter"]["examples"] = examples(
-                rows, decisions[name]["adapter"][0], questions.get(name), cfg.examples
-            )
-        info[name]["systems"] = systems
+        info[name]["systems"] = score_set(rows, passes.decisions[name], passes.questions.get(name), cfg, seed=seed)
     for name in info:
         info[name].setdefault("systems", {})
-    timing["total_s"] = round(time.perf_counter() - t_start, 1)
+    passes.timing["total_s"] = round(time.perf_counter() - t_start, 1)
     result = {
         "sets": info,
         "scored": sorted(rows_by_set),
         "skipped": sorted(n for n, s in info.items() if s["status"] != "scored"),
         "max_rows": cfg.max_rows,
-        **window,
+        **passes.window,
         "lengths": lengths,
-        "timing": timing,
+        "timing": passes.timing,
     }
     write_json(metrics_path, result)
-    write_jsonl(predictions_path, prediction_rows(rows_by_set, decisions, questions))
+    write_jsonl(predictions_path, prediction_rows(rows_by_set, passes.decisions, passes.questions))
     plot(result, plot_path)
     return result
+
+
+def score_set(
+    rows: Sequence[LabelledRow],
+    decisions: Mapping[str, Prediction],
+    questions: Mapping[int, str | None] | None,
+    cfg: ExternalConfig,
+    *,
+    seed: int,
+) -> dict[str, dict[str, Any]]:
+    """Every system's scores on one set (in the order of `SYSTEMS`), the adapter's with example turns."""
+    gold = [r.needs for r in rows]
+    systems = {}
+    for system in SYSTEMS:
+        if system in decisions:
+            needs, p_ask = decisions[system]
+            systems[system] = score(gold, needs, p_ask, seed=seed, n_boot=cfg.bootstrap)
+    if "adapter" in systems:
+        systems["adapter"]["examples"] = examples(rows, decisions["adapter"][0], questions, cfg.examples)
+    return systems
 
 
 def length_profiles(
@@ -513,9 +390,10 @@ def length_profiles(
     import numpy as np
     from transformers import AutoTokenizer
 
-    from clariedge.chat_format import build_messages
+    from clariedge.training.data import ANSWER_PREFIX, encode_prompt
 
     tok = AutoTokenizer.from_pretrained(str(base_dir))
+    answer_prefix = len(tok(ANSWER_PREFIX, add_special_tokens=False)["input_ids"])  # ends the prompt, not counted
 
     def stats(values: Sequence[int]) -> dict[str, float]:
         return {"median": float(np.median(values)), "p90": float(np.percentile(values, 90))}
@@ -524,29 +402,16 @@ def length_profiles(
     for name, rows in groups.items():
         if not rows:
             continue
-        msgs = [[{"role": m.role, "content": m.content} for m in r.messages] for r in rows]
-        texts = [
-            tok.apply_chat_template(build_messages(m, r.documents), tokenize=False, add_generation_prompt=True)
-            for m, r in zip(msgs, rows, strict=True)
-        ]
-        tokens = [len(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"]]
+        # a budget no prompt reaches: nothing is cut, the whole rendered prompt is counted
+        tokens = [len(encode_prompt(tok, r.messages, r.documents, max_prompt=10**9).ids) - answer_prefix for r in rows]
         out[name] = {
             "rows": len(rows),
-            "messages": stats([len(m) for m in msgs]),
-            "last_turn_words": stats([len(m[-1]["content"].split()) for m in msgs]),
+            "messages": stats([len(r.messages) for r in rows]),
+            "last_turn_words": stats([len(r.messages[-1].content.split()) for r in rows]),
             "prompt_tokens": stats(tokens),
             "over_window": round(sum(t > window for t in tokens) / len(tokens), 4) if window else None,
         }
     return out
-
-
-def adapter_max_length(adapter_dir: str | Path) -> int | None:
-    """The adapter's training `max_length` (the window `evaluate` uses by default), if recorded."""
-    meta = Path(adapter_dir) / "clariedge_adapter.json"
-    if meta.exists():
-        value = json.loads(meta.read_text(encoding="utf-8")).get("max_length")
-        return int(value) if value else None
-    return None
 
 
 def examples(

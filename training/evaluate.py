@@ -206,27 +206,34 @@ def minilm_texts(r: Example) -> tuple[str, str, str]:
     return r.last_turn, before, docs
 
 
-def minilm_baseline(
-    train_rows: Sequence[Example], test_rows: Sequence[Example], *, seed: int, cache: str | None
-) -> list[bool]:
-    """Logistic regression on MiniLM embeddings of (last turn, dialog before it, documents); classification only."""
+def fit_minilm(
+    train_rows: Sequence[Example], *, seed: int, cache: str | None = None
+) -> Callable[[Sequence[Any]], tuple[list[bool], list[float] | None]]:
+    """Logistic regression on MiniLM embeddings of (last turn, dialog before it, documents), trained on
+    `train_rows`: a function from rows to (decisions, P(ask)) (P(ask) None when the train split has one class)."""
     import numpy as np
     from sklearn.linear_model import LogisticRegression
 
     from clariedge.embed import embed
 
-    def features(rows: Sequence[Example]) -> Any:
+    def features(rows: Sequence[Any]) -> Any:
         views = [minilm_texts(r) for r in rows]
-        cols = [embed([v[j] for v in views], cache_path=cache) for j in range(3)]
-        return np.concatenate(cols, axis=1)
+        return np.concatenate([embed([v[j] for v in views], cache_path=cache) for j in range(3)], axis=1)
 
     y = [int(r.needs_clarification) for r in train_rows]
     if len(set(y)) < 2:
-        log.warning("minilm baseline: the train split has one class only; predicting it everywhere")
-        return [bool(y[0])] * len(test_rows) if y else [False] * len(test_rows)
-    clf = LogisticRegression(max_iter=2000, C=1.0, random_state=seed)
-    clf.fit(features(train_rows), y)
-    return [bool(p) for p in clf.predict(features(test_rows))]
+        only = bool(y[0]) if y else False
+        log.warning("minilm: the train split has one class only; it predicts %s everywhere", "ask" if only else "CLEAR")
+        return lambda rows: ([only] * len(rows), None)
+    clf = LogisticRegression(max_iter=2000, C=1.0, random_state=seed).fit(features(train_rows), y)
+
+    def predict(rows: Sequence[Any]) -> tuple[list[bool], list[float] | None]:
+        if not rows:
+            return [], []
+        p = clf.predict_proba(features(rows))[:, list(clf.classes_).index(1)]
+        return [bool(x >= 0.5) for x in p], [round(float(x), 5) for x in p]
+
+    return predict
 
 
 def llm_judge(rows: Sequence[Example], questions: dict[int, str | None], cfg: JudgeSettings) -> dict[str, Any]:
@@ -385,7 +392,7 @@ def run(
     # ---- MiniLM classifier ----------------------------------------------------------------------------------
     if b.minilm:
         t0 = time.perf_counter()
-        needs = minilm_baseline(train_rows, rows, seed=seed, cache=cfg.embed_cache)
+        needs = fit_minilm(train_rows, seed=seed, cache=cfg.embed_cache)(rows)[0]
         systems["minilm"] = score(rows, needs)
         timing["minilm"] = {"classify_s": round(time.perf_counter() - t0, 1)}
         per_row["minilm"] = {"needs": needs}
