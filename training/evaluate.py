@@ -22,11 +22,14 @@ Params:  `evaluate.*` (max_rows, batch_size, max_new_tokens, generate, embed_cac
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +38,11 @@ from pydantic import Field
 from clariedge.chat_format import CLEAR
 from clariedge.config import StageConfig
 from clariedge.io import save_figure, write_json, write_jsonl, write_text
-from clariedge.llm import OpenAIConfig
 from clariedge.schema import Example
 from clariedge.training import metrics as M
 from clariedge.training.data import load_examples, stratified_sample
 from clariedge.training.infer import Precision
+from clariedge.training.judge import JudgeSettings, llm_judge
 
 log = logging.getLogger(__name__)
 
@@ -52,15 +55,6 @@ class BaselineSettings(StageConfig):
     max_rows: int | None = Field(ge=1, description="cap on test rows for the prompted baselines (stratified)")
     generate: bool = Field(description="generate the prompted baselines' questions (wording metrics)")
     max_generate: int | None = Field(ge=1, description="questions generated per baseline at most (flagged rows)")
-
-
-class JudgeSettings(StageConfig):
-    """Optional LLM judge of clarification quality through an OpenAI-compatible endpoint (off by default)."""
-
-    enabled: bool
-    openai: OpenAIConfig = Field(description="the judge's OpenAI-compatible endpoint")
-    max_rows: int = Field(ge=1)
-    cache: str = Field(description="the judge's own LLM cache (never synthesize's)")
 
 
 class EvaluateConfig(StageConfig):
@@ -236,48 +230,6 @@ def fit_minilm(
     return predict
 
 
-def llm_judge(rows: Sequence[Example], questions: dict[int, str | None], cfg: JudgeSettings) -> dict[str, Any]:
-    """Mean 1-5 rating of generated questions by an LLM judge (OpenAI-compatible), cached; None if nothing to judge."""
-    import os
-
-    from clariedge.llm import Completion, LLMCache, OpenAIBackend, cache_key
-
-    backend = OpenAIBackend(cfg.openai, os.environ.get(cfg.openai.api_key_env))
-    pairs = [(i, q) for i, q in sorted(questions.items()) if q and q != CLEAR and rows[i].needs_clarification]
-    pairs = pairs[: cfg.max_rows]
-    ratings: list[float] = []
-    failed = 0
-    with LLMCache(cfg.cache) as cache:
-        for i, q in pairs:
-            r = rows[i]
-            dialog = "\n".join(f"{m.role}: {m.content}" for m in r.messages[-4:])
-            msgs = [
-                {"role": "system", "content": 'You rate clarification questions. Reply with JSON {"rating": 1-5}.'},
-                {
-                    "role": "user",
-                    "content": (
-                        f"Dialog:\n{dialog}\n\nInterpretations: {'; '.join(r.interpretations) or '(not given)'}\n"
-                        f"Reference question: {r.clarification}\nCandidate question: {q}\n\n"
-                        "Rate the candidate from 1 (useless) to 5 (asks exactly what must be clarified, naming the options)."
-                    ),
-                },
-            ]
-            key = cache_key("openai", cfg.openai.model, "clariedge.eval_judge/1", msgs, {"temperature": 0})
-            hit = cache.get(key)
-            try:
-                text = hit.text if hit else backend.generate(msgs, temperature=0)
-                rating = float(json.loads(text[text.find("{") : text.rfind("}") + 1])["rating"])
-                if not 1 <= rating <= 5:
-                    raise ValueError(f"rating {rating} outside 1-5")
-                if not hit:  # only answers that parse are cached, so a bad one is asked again next run
-                    cache.put(key, "openai", cfg.openai.model, "clariedge.eval_judge/1", Completion(text=text))
-                ratings.append(rating)
-            except Exception as err:  # a judge failure is counted, never fatal
-                log.warning("judge failed on row %d: %s", i, err)
-                failed += 1
-    return {"rows": len(pairs), "failed": failed, "mean_rating": M.mean(ratings)}
-
-
 # ---------------------------------------------------------------------------------------------
 # Plots
 # ---------------------------------------------------------------------------------------------
@@ -321,9 +273,11 @@ def run(
     *,
     seed: int,
 ) -> dict[str, Any]:
+    """Score the adapter and the enabled baselines on the (sampled) test split; write the metrics, the per-row
+    predictions and the plots."""
     import torch
 
-    from clariedge.training.infer import Clarifier
+    from clariedge.embed import embed
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -336,77 +290,109 @@ def run(
         from clariedge.embed import ensure_cache
 
         ensure_cache(cfg.embed_cache)
-    embed_fn = _embedder(cfg.embed_cache)
-    systems: dict[str, dict[str, Any]] = {}
-    timing: dict[str, Any] = {}
-    per_row: dict[str, dict[str, Any]] = {}
+    out = Scored(embed_fn=functools.partial(embed, cache_path=cfg.embed_cache))
 
     # ---- the adapter -------------------------------------------------------------------------------
-    clar = Clarifier(
-        adapter_dir,
-        base=base_dir,
-        max_length=cfg.max_length,
-        batch_size=cfg.batch_size,
-        max_new_tokens=cfg.max_new_tokens,
-        precision=cfg.precision,
-    )
-    pred = lm_predictions(clar, rows, generate=cfg.generate, max_generate=cfg.max_generate)
-    systems["adapter"] = score(rows, pred["needs"], pred["questions"], embed_fn=embed_fn)
-    systems["adapter"]["unparseable"] = pred["unparseable"]
-    timing["adapter"] = {"classify_s": pred["classify_s"], "generate_s": pred["generate_s"]}
-    per_row["adapter"] = pred
-    if cfg.llm_judge.enabled and pred["questions"]:
-        systems["adapter"]["llm_judge"] = llm_judge(rows, pred["questions"], cfg.llm_judge)
+    clar = _clarifier(adapter_dir, base_dir, cfg, cfg.max_length)
+    out.add_lm("adapter", clar, rows, generate=cfg.generate, max_generate=cfg.max_generate)
+    if cfg.llm_judge.enabled and out.per_row["adapter"]["questions"]:
+        out.systems["adapter"]["llm_judge"] = llm_judge(rows, out.per_row["adapter"]["questions"], cfg.llm_judge)
     max_length = clar.max_length
     del clar
 
-    # ---- prompted baselines (base model, no adapter) ------------------------------------------------------
+    # ---- prompted baselines (base model, no adapter): zero-shot, and k worked examples from the train split -----------
     b = cfg.baselines
     brows_idx = _subset_index(rows, b.max_rows, seed)
-    brows = [rows[i] for i in brows_idx]
-    if b.zero_shot or b.few_shot:
-        base = Clarifier(
-            None,
-            base=base_dir,
-            max_length=max_length,
-            batch_size=cfg.batch_size,
-            max_new_tokens=cfg.max_new_tokens,
-            precision=cfg.precision,
+    variants = [("zero_shot", "")] if b.zero_shot else []
+    if b.few_shot:
+        variants.append(("few_shot", few_shot_block(train_rows, b.few_shot_k, random.Random(seed))))
+    base = _clarifier(None, base_dir, cfg, max_length) if variants else None
+    for name, shots in variants:
+        base.few_shot = shots
+        # the same room for the row as the adapter has, plus the examples
+        base.max_length = max_length + (len(base.tok(shots, add_special_tokens=False)["input_ids"]) + 8 if shots else 0)
+        brows = [rows[i] for i in brows_idx]
+        out.add_lm(
+            name, base, brows, generate=b.generate and cfg.generate, max_generate=b.max_generate, index=brows_idx
         )
-        variants = [("zero_shot", "")] if b.zero_shot else []
-        if b.few_shot:
-            variants.append(("few_shot", few_shot_block(train_rows, b.few_shot_k, random.Random(seed))))
-        for name, shots in variants:
-            base.few_shot = shots
-            # the same room for the row as the adapter has, plus the examples
-            base.max_length = max_length + (
-                len(base.tok(shots, add_special_tokens=False)["input_ids"]) + 8 if shots else 0
-            )
-            pred = lm_predictions(base, brows, generate=b.generate and cfg.generate, max_generate=b.max_generate)
-            systems[name] = score(brows, pred["needs"], pred["questions"], embed_fn=embed_fn)
-            systems[name]["unparseable"] = pred["unparseable"]
-            timing[name] = {"classify_s": pred["classify_s"], "generate_s": pred["generate_s"]}
-            per_row[name] = {**pred, "index": brows_idx}
-        del base
+    del base
 
     # ---- MiniLM classifier ----------------------------------------------------------------------------------
     if b.minilm:
         t0 = time.perf_counter()
         needs = fit_minilm(train_rows, seed=seed, cache=cfg.embed_cache)(rows)[0]
-        systems["minilm"] = score(rows, needs)
-        timing["minilm"] = {"classify_s": round(time.perf_counter() - t0, 1)}
-        per_row["minilm"] = {"needs": needs}
+        out.systems["minilm"] = score(rows, needs)
+        out.timing["minilm"] = {"classify_s": round(time.perf_counter() - t0, 1)}
+        out.per_row["minilm"] = {"needs": needs}
 
     # ---- write --------------------------------------------------------------------------------------------------
+    result = summary(rows, len(test_all), brows_idx, out.systems, out.per_row["adapter"]["needs"])
+    out.timing["total_s"] = round(time.perf_counter() - t_start, 1)
+    result["timing"] = out.timing
+    write_json(metrics_path, result)
+    write_jsonl(predictions_path, _prediction_rows(rows, out.per_row))
+    write_plots(out.systems, rows, out.per_row["adapter"]["needs"], Path(plots_dir))
+    return result
+
+
+@dataclass
+class Scored:
+    """Per system: its scores (the metrics), its timings and its per-row predictions."""
+
+    embed_fn: Callable[[list[str]], Any]
+    systems: dict[str, dict[str, Any]] = field(default_factory=dict)
+    timing: dict[str, Any] = field(default_factory=dict)
+    per_row: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def add_lm(
+        self,
+        name: str,
+        clarifier: Any,
+        rows: Sequence[Example],
+        *,
+        generate: bool,
+        max_generate: int | None,
+        index: list[int] | None = None,
+    ) -> None:
+        """Score a language model on `rows` (the test rows at `index`, when a subset)."""
+        pred = lm_predictions(clarifier, rows, generate=generate, max_generate=max_generate)
+        self.systems[name] = score(rows, pred["needs"], pred["questions"], embed_fn=self.embed_fn)
+        self.systems[name]["unparseable"] = pred["unparseable"]
+        self.timing[name] = {"classify_s": pred["classify_s"], "generate_s": pred["generate_s"]}
+        self.per_row[name] = pred if index is None else {**pred, "index": index}
+
+
+def _clarifier(
+    adapter_dir: str | Path | None, base_dir: str | Path, cfg: EvaluateConfig, max_length: int | None
+) -> Any:
+    from clariedge.training.infer import Clarifier
+
+    return Clarifier(
+        adapter_dir,
+        base=base_dir,
+        max_length=max_length,
+        batch_size=cfg.batch_size,
+        max_new_tokens=cfg.max_new_tokens,
+        precision=cfg.precision,
+    )
+
+
+def summary(
+    rows: Sequence[Example],
+    test_rows: int,
+    brows_idx: Sequence[int],
+    systems: dict[str, dict[str, Any]],
+    adapter_needs: Sequence[bool],
+) -> dict[str, Any]:
+    """The metrics: rows, every system's scores, the adapter's on the baselines' rows when those are capped
+    (like for like), the best baseline's accuracy."""
     baseline_rows = {n: s["n"] for n, s in systems.items()}
-    # the adapter on exactly the baselines' rows, so the comparison is like for like when they are capped
     if len(brows_idx) != len(rows):
-        sub = [per_row["adapter"]["needs"][i] for i in brows_idx]
-        systems["adapter_on_baseline_rows"] = M.classification([r.needs_clarification for r in brows], sub)
-    timing["total_s"] = round(time.perf_counter() - t_start, 1)
-    result = {
+        sub = [adapter_needs[i] for i in brows_idx]
+        systems["adapter_on_baseline_rows"] = M.classification([rows[i].needs_clarification for i in brows_idx], sub)
+    return {
         "rows": len(rows),
-        "test_rows": len(test_all),
+        "test_rows": test_rows,
         "rows_by_category": _count(r.category for r in rows),
         "baseline_rows": baseline_rows,
         "systems": systems,
@@ -414,11 +400,13 @@ def run(
             (s["accuracy"] for n, s in systems.items() if n not in ("adapter", "adapter_on_baseline_rows")),
             default=None,
         ),
-        "timing": timing,
     }
-    write_json(metrics_path, result)
-    write_jsonl(predictions_path, _prediction_rows(rows, per_row))
-    plots_dir = Path(plots_dir)
+
+
+def write_plots(
+    systems: dict[str, dict[str, Any]], rows: Sequence[Example], adapter_needs: Sequence[bool], plots_dir: Path
+) -> None:
+    """The confusion matrices (PNG) and the adapter's `classes.csv` (actual/predicted, DVC's confusion template)."""
     plot_confusions(
         {n: s for n, s in systems.items() if "confusion" in s and n != "adapter_on_baseline_rows"},
         plots_dir / "confusion_matrix.png",
@@ -426,12 +414,8 @@ def run(
     write_text(
         plots_dir / "classes.csv",
         "actual,predicted\n"
-        + "".join(
-            f"{_label(r.needs_clarification)},{_label(n)}\n"
-            for r, n in zip(rows, per_row["adapter"]["needs"], strict=True)
-        ),
+        + "".join(f"{_label(r.needs_clarification)},{_label(n)}\n" for r, n in zip(rows, adapter_needs, strict=True)),
     )
-    return result
 
 
 def _label(needs: bool) -> str:
@@ -439,21 +423,12 @@ def _label(needs: bool) -> str:
 
 
 def _count(values: Any) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for v in values:
-        out[v] = out.get(v, 0) + 1
-    return dict(sorted(out.items()))
+    return dict(sorted(Counter(values).items()))
 
 
 def _subset_index(rows: Sequence[Example], n: int | None, seed: int) -> list[int]:
     chosen = {r.id for r in stratified_sample(rows, n, random.Random(seed + 1))}
     return [i for i, r in enumerate(rows) if r.id in chosen]
-
-
-def _embedder(cache: str | None) -> Callable[[list[str]], Any]:
-    from clariedge.embed import embed
-
-    return lambda texts: embed(texts, cache_path=cache)
 
 
 def _prediction_rows(rows: Sequence[Example], per_row: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
