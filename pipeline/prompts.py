@@ -237,41 +237,21 @@ def _render(template: str, inputs: dict[str, Any], name: str) -> str:
         raise PromptError(f"{name}: {err.message}") from None
 
 
-def load_prompt(path: str | Path) -> Prompt:
-    """Load and check one prompt file; every problem raises `PromptError` naming the file and field."""
-    path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise PromptError(f"{path.name}: not valid YAML: {err}") from None
-    if not isinstance(data, dict):
-        raise PromptError(f"{path.name}: expected a mapping")
-    where = path.name
-    known = {
-        "id",
-        "version",
-        "description",
-        "inputs",
-        "generation",
-        "response_schema",
-        "messages",
-        "few_shot",
-        "sample_inputs",
-    }
-    unknown = set(data) - known
-    if unknown:
-        raise PromptError(f"{where}: unknown key(s) {sorted(unknown)} (known: {sorted(known)})")
-    for key in ("id", "version", "description", "inputs", "response_schema", "messages"):
-        if key not in data:
-            raise PromptError(f"{where}: missing required key {key!r}")
-    m = _NAME.match(path.name.removesuffix(".yaml"))
-    if not m or m["id"] != data["id"] or m["version"] != str(data["version"]):
-        raise PromptError(f"{where}: file name must be `<id>.<version>.yaml` matching id/version inside")
-    inputs = data["inputs"]
-    if not isinstance(inputs, dict) or not inputs:
-        raise PromptError(f"{where}: inputs: a mapping of name -> description")
-    msgs = data["messages"]
+_KEYS = {
+    "id",
+    "version",
+    "description",
+    "inputs",
+    "generation",
+    "response_schema",
+    "messages",
+    "few_shot",
+    "sample_inputs",
+}
+
+
+def _parse_messages(msgs: Any, where: str) -> tuple[list[tuple[str, str]], set[str]]:
+    """A prompt file's `messages` as (role, template) pairs, and the variables the templates use."""
     if not isinstance(msgs, list) or not msgs:
         raise PromptError(f"{where}: messages: a non-empty list of {{role, content}}")
     parsed: list[tuple[str, str]] = []
@@ -286,6 +266,33 @@ def load_prompt(path: str | Path) -> Prompt:
         parsed.append((msg["role"], msg["content"]))
     if not any(role == "user" for role, _ in parsed):
         raise PromptError(f"{where}: messages: needs a user message")
+    return parsed, used
+
+
+def load_prompt(path: str | Path) -> Prompt:
+    """Load and check one prompt file; every problem raises `PromptError` naming the file and field."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise PromptError(f"{path.name}: not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise PromptError(f"{path.name}: expected a mapping")
+    where = path.name
+    unknown = set(data) - _KEYS
+    if unknown:
+        raise PromptError(f"{where}: unknown key(s) {sorted(unknown)} (known: {sorted(_KEYS)})")
+    for key in ("id", "version", "description", "inputs", "response_schema", "messages"):
+        if key not in data:
+            raise PromptError(f"{where}: missing required key {key!r}")
+    m = _NAME.match(path.name.removesuffix(".yaml"))
+    if not m or m["id"] != data["id"] or m["version"] != str(data["version"]):
+        raise PromptError(f"{where}: file name must be `<id>.<version>.yaml` matching id/version inside")
+    inputs = data["inputs"]
+    if not isinstance(inputs, dict) or not inputs:
+        raise PromptError(f"{where}: inputs: a mapping of name -> description")
+    parsed, used = _parse_messages(data["messages"], where)
     if used != set(inputs):
         raise PromptError(
             f"{where}: declared inputs {sorted(inputs)} differ from the templates' variables {sorted(used)}"
