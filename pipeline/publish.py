@@ -4,7 +4,8 @@ Inputs:  cleaned examples (parquet, `Example` rows, `data/cleaned.parquet`); opt
          stage's stats JSON (`metrics/clean.json`) for the card (its counts, and its `category_warnings`
          as a warning section near the top).
 Outputs: `data/clariedge/` (`DatasetDict.save_to_disk`: splits train/validation/test with typed
-         features, and the dataset card `README.md` with the YAML header the Hub reads);
+         features, and the dataset card `README.md` with the YAML header the Hub reads, rendered by
+         `clariedge.dataset_card`);
          `data/clariedge-parquet/{split}.parquet` (the same rows, byte-identical for the same inputs
          and seed; `category`/`setting` as strings there, so a row reads back as an `Example` plus
          `target`: train and evaluate read these); `data/clariedge-chat/{split}.jsonl` (the model's chat format, built by
@@ -30,11 +31,11 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import Field, model_validator
 
-from clariedge.chat_format import FORMAT_VERSION, build_messages, target_json
+from clariedge.chat_format import build_messages, target_json
 from clariedge.config import StageConfig
+from clariedge.dataset_card import render_card
 from clariedge.io import atomic_path, read_records, write_json, write_jsonl
 from clariedge.schema import CATEGORIES, SETTINGS, Example, ReviewStatus
 
@@ -260,212 +261,6 @@ def split_stats(splits: dict[str, list[Example]]) -> dict[str, Any]:
         dev = max(dev, *(abs(c[k] / m - overall[k] / n) for k in overall))
     stats["max_stratum_share_deviation"] = round(dev, 4)
     return stats
-
-
-# ---------------------------------------------------------------------------------------------
-# The dataset card
-# ---------------------------------------------------------------------------------------------
-def _size_category(n: int) -> str:
-    for limit, name in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M")):
-        if n < limit:
-            return name
-    return "n>1M"
-
-
-def card_header(dd, cfg: PublishConfig) -> dict[str, Any]:
-    """The YAML metadata the Hub reads: license, tasks, configs (data files), features, split sizes."""
-    features = dd["train"].features
-    splits = [{"name": s, "num_bytes": int(dd[s].data.nbytes), "num_examples": dd[s].num_rows} for s in SPLITS]
-    return {
-        "pretty_name": cfg.pretty_name,
-        "license": cfg.license,
-        "language": ["en"],
-        "task_categories": ["text-classification", "text-generation"],
-        "tags": ["clarification", "conversational", "rag", "multi-turn", "synthetic"],
-        "size_categories": [_size_category(sum(s["num_examples"] for s in splits))],
-        "configs": [
-            {
-                "config_name": "default",
-                "data_files": [{"split": s, "path": f"data/{s}-*"} for s in SPLITS],
-            }
-        ],
-        "dataset_info": {
-            "features": features._to_yaml_list(),
-            "splits": splits,
-            "dataset_size": sum(s["num_bytes"] for s in splits),
-        },
-    }
-
-
-def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
-    out += ["| " + " | ".join(str(v) for v in r) + " |" for r in rows]
-    return out
-
-
-def card_warnings(clean_stats: dict[str, Any] | None, published: Counter) -> list[str]:
-    """The card's warning section: categories the clean stage found with a median label quality far below
-    the rest (`category_warnings` in its stats); no lines when there are none."""
-    stats = clean_stats or {}
-    warnings = stats.get("category_warnings") or []
-    if not warnings:
-        return []
-    lines = [
-        "## Warning: label quality",
-        "",
-        "> **The labels of these categories may be wrong as a whole.** Label cleaning (cleanlab, out-of-sample) "
-        "found their median label quality far below the other categories' rows. Row-by-row cleaning catches few "
-        "rows of a category that is wrong as a whole (and flags at most a share of each category), so the rows "
-        "published under it may be mislabelled: check them before relying on them. Details in "
-        "`reports/label_issues.md`.",
-        "",
-    ]
-    lines += _table(
-        ["category", "rows scored", "rows published", "median label quality", "other rows' median", "ratio"],
-        [
-            [
-                f"`{w['category']}`",
-                w["rows"],
-                published.get(w["category"], 0),
-                f"{w['median_label_quality']:.3f}",
-                f"{w['others_median_label_quality']:.3f}",
-                f"{w['ratio']:.2f}",
-            ]
-            for w in warnings
-        ],
-    )
-    if stats.get("policy") == "send_back":
-        lines += [
-            "",
-            f"Policy `send_back`: {stats.get('sent_back_first', 0)} of their rows were sent back to review "
-            "first (worst label quality first); rows pending review are left out of this dataset.",
-        ]
-    return [*lines, ""]
-
-
-def render_card(
-    dd, splits: dict[str, list[Example]], cfg: PublishConfig, clean_stats: dict[str, Any] | None = None
-) -> str:
-    """README.md: the Hub YAML header, then counts, how it was built, reviewed and cleaned."""
-    header = yaml.safe_dump(card_header(dd, cfg), sort_keys=False, allow_unicode=True, width=1000)
-    everything = [ex for s in SPLITS for ex in splits[s]]
-    strata = [(c, st) for c in CATEGORIES for st in SETTINGS]
-    counts = {s: Counter((ex.category, ex.setting) for ex in splits[s]) for s in SPLITS}
-    rows = []
-    for c, st in strata:
-        per = [counts[s][(c, st)] for s in SPLITS]
-        if sum(per):
-            rows.append([c, st, *per, sum(per)])
-    rows.append(["**total**", "", *(len(splits[s]) for s in SPLITS), len(everything)])
-
-    lines = [
-        "---",
-        header.rstrip(),
-        "---",
-        "",
-        f"# {cfg.pretty_name}",
-        "",
-        "Multi-turn, document-grounded dialogs ending in a user turn, each labelled with whether the assistant "
-        "should ask a clarifying question before answering, and if so which one. Four categories: "
-        "`ambiguous_dialog` (the turn is underspecified given the dialog), `ambiguous_documents` (the retrieved "
-        "passages admit several interpretations), `clear`, and `hard_negative` (looks ambiguous, but the dialog "
-        "or the documents resolve it). Two settings: `pre_retrieval` (no documents) and `post_retrieval`.",
-        "",
-        "Model contract (as the Granite `query_clarification` intrinsic): input = the chat ending in the user turn "
-        'plus optional documents; output = JSON `{"clarification": "CLEAR"}` or '
-        '`{"clarification": "<question>"}` (the `target` column).',
-        "",
-        *card_warnings(clean_stats, Counter(ex.category for ex in everything)),
-        "## Counts",
-        "",
-        *_table(["category", "setting", *SPLITS, "all"], rows),
-        "",
-        *_table(
-            ["split", "rows", "conversations"],
-            [[s, len(splits[s]), len({ex.conversation_id for ex in splits[s]})] for s in SPLITS],
-        ),
-        "",
-        "Splits are grouped by `conversation_id` (no conversation appears in two splits) and stratified by "
-        f"category x setting (ratios {cfg.ratios.train}/{cfg.ratios.validation}/{cfg.ratios.test}).",
-        "",
-        "## How it was built",
-        "",
-    ]
-    prov = Counter(
-        (
-            ex.provenance.generator,
-            ex.provenance.model or "",
-            ex.provenance.method or "",
-            ex.provenance.prompt_id or "",
-            ex.provenance.prompt_version or "",
-            (ex.provenance.prompt_hash or "")[:12],
-        )
-        for ex in everything
-    )
-    lines += _table(
-        ["generator", "model", "method", "prompt id", "prompt version", "prompt hash", "rows"],
-        [[*k, v] for k, v in sorted(prov.items())],
-    )
-    domains = Counter(ex.domain for ex in everything)
-    lines += [
-        "",
-        "Seed dialogs: " + ", ".join(f"{d} ({n})" for d, n in sorted(domains.items())) + ". Pipeline: "
-        "ingest -> synthesize -> filter -> review -> clean -> publish (`dvc repro`).",
-        "",
-        "## Review",
-        "",
-    ]
-    review = Counter(ex.review_status for ex in everything)
-    annotated = sum(1 for ex in everything if ex.annotations)
-    if set(review) == {"unreviewed"}:
-        lines.append(
-            "**Unreviewed.** No human has checked these labels (review mode `none`): the labels are the "
-            "generator's, checked only by the automatic filters and the label cleaning below."
-        )
-    else:
-        lines.append(
-            "Review status: " + ", ".join(f"{k} {v}" for k, v in sorted(review.items())) + f"; rows with "
-            f"annotator responses: {annotated}."
-        )
-    lines += ["", "## Cleaning", ""]
-    if not clean_stats and not any(ex.label_quality is not None for ex in everything):
-        lines.append("No label cleaning information was recorded for these rows.")
-    qualities = [ex.label_quality for ex in everything if ex.label_quality is not None]
-    if qualities:
-        lines.append(
-            f"Every row carries `label_quality` (cleanlab, out-of-sample): mean {sum(qualities) / len(qualities):.3f}, "
-            f"min {min(qualities):.3f}."
-        )
-    if clean_stats:
-        keys = ("label", "policy", "rows_in", "flagged", "dropped", "relabeled", "sent_back", "cv_accuracy")
-        lines.append(
-            "Label cleaning (`clean` stage): "
-            + ", ".join(f"{k} {clean_stats[k]}" for k in keys if k in clean_stats)
-            + ". Every removal or relabel is listed in `reports/label_issues.csv`."
-            + (
-                " Category warnings: see **Warning: label quality** above."
-                if clean_stats.get("category_warnings")
-                else ""
-            )
-        )
-    lines += [
-        "",
-        "## Files and fields",
-        "",
-        "- `data/clariedge/`: `datasets.load_from_disk` folder (this card inside); `data/clariedge-parquet/"
-        "{split}.parquet`: the same tables; `data/clariedge-chat/{split}.jsonl`: chat format "
-        f"(`clariedge.chat_format`, format version {FORMAT_VERSION}): `messages` = system instruction "
-        "(+ documents after retrieval) + dialog, `target` = the JSON answer.",
-        "- `category`, `setting` are `ClassLabel`s; `target` is the JSON answer string; `interpretations` are "
-        "the competing readings of an ambiguous turn; `resolution` is what resolves a hard negative; "
-        "`provenance` records the generator, method, prompt id/version/hash and seed turn.",
-        "",
-        "## License",
-        "",
-        f"{cfg.license}. Seed dialogs: MTRAG (IBM, Apache-2.0) and the project's own sample.",
-        "",
-    ]
-    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------
