@@ -37,7 +37,7 @@ from clariedge.chat_format import build_messages, target_json
 from clariedge.config import StageConfig
 from clariedge.dataset_card import render_card
 from clariedge.io import atomic_path, read_records, write_json, write_jsonl
-from clariedge.schema import CATEGORIES, SETTINGS, Example, ReviewStatus
+from clariedge.schema import CATEGORIES, SETTINGS, Example, Provenance, ReviewStatus
 
 log = logging.getLogger(__name__)
 
@@ -137,16 +137,7 @@ def dataset_features():
             "resolution": string,
             "label_quality": Value("float64"),
             "review_status": string,
-            "provenance": {
-                "generator": string,
-                "model": string,
-                "method": string,
-                "prompt_id": string,
-                "prompt_version": string,
-                "prompt_hash": string,
-                "seed_id": string,
-                "template": string,
-            },
+            "provenance": {k: string for k in Provenance.model_fields if k != "score"},  # as `to_row` keeps it
         }
     )
 

@@ -37,7 +37,7 @@ How it works
   `category_warning.min_rows` rows whose median label quality is below `category_warning.max_ratio` x the
   median of the other categories' rows is a warning: logged, in the stats (`category_warnings`), at the
   top of the report, and in the dataset card (publish reads the stats). With `policy: send_back` its rows
-  lead the review queue, worst first, then the other flagged rows (`send_back_queue`; review's
+  lead the review queue, worst first, then the other flagged rows (review's `send_back_order`; its
   `send_back` pushes in that order); with `send_back_all` every classifier-scored row of it goes back,
   not only its capped flags (report-only categories are warned about, never sent back).
 - Several annotators (rows whose `annotations` hold >= 2 distinct annotators overall, status
@@ -79,6 +79,7 @@ from typing import Any
 
 import numpy as np
 
+from clariedge.annotation import review
 from clariedge.clean.config import (
     CAT_INDEX,
     CategoryWarningConfig,
@@ -90,7 +91,7 @@ from clariedge.clean.config import (
 )
 from clariedge.clean.features import build_features, confusion_counts, feature_texts, needs_probs, out_of_sample_probs
 from clariedge.clean.labels import datalab_signals, multiannotator, single_source_issues
-from clariedge.clean.policy import Verdicts, apply_policy, category_warnings, relabel, send_back_queue
+from clariedge.clean.policy import Verdicts, apply_policy, category_warnings, relabel
 from clariedge.clean.report import plot_confusion, render_report, write_issues_csv
 from clariedge.io import read_records, write_json, write_records, write_text
 from clariedge.schema import CATEGORIES, Example
@@ -169,7 +170,7 @@ def transform(
     stats.update(extra.pop("_stats", {}))  # extra signals from Datalab (reported, not acted on)
 
     out, issues, sent_back = apply_policy(rows, cfg, v, extra)
-    sent_back = send_back_queue(sent_back, warned)
+    sent_back, _ = review.send_back_order(sent_back, {}, first=[ex.id for ex in sent_back if ex.category in warned])
     counts = Counter(r["action"] for r in issues)
     stats.update(
         flagged=int(v.flagged.sum()),
@@ -356,13 +357,11 @@ def run(
 def send_back(examples: list[Example], review_cfg: Any, *, first: list[str] | tuple[str, ...] = ()) -> Any:
     """Hand flagged rows to the review stage (Argilla's recheck dataset) when it is available.
 
-    `examples` come in queue order (`send_back_queue`): the rows whose ids are in `first` (those of a
+    `examples` come in queue order (`send_back_order`): the rows whose ids are in `first` (those of a
     warned category), then the others, each part worst label quality first. Review's `send_back` pushes
     them in that same order (it is given `first` and the scores), so annotators meet them in it. In review
     mode `none` the rows are only marked `pending` (already done by the policy) and listed in the issues file.
     """
     if review_cfg is None:
         return {"records": len(examples), "sent": 0, "skipped_reason": "no review config given"}
-    from clariedge.annotation.review import send_back as review_send_back
-
-    return review_send_back(examples, {e.id: e.label_quality for e in examples}, review_cfg, first=first)
+    return review.send_back(examples, {e.id: e.label_quality for e in examples}, review_cfg, first=first)

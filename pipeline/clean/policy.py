@@ -61,17 +61,6 @@ def category_warnings(rows: list[Example], quality: np.ndarray, cfg: CategoryWar
     return sorted(out, key=lambda w: (w["ratio"], w["category"]))
 
 
-def send_back_queue(examples: list[Example], warned: set[str]) -> list[Example]:
-    """The order rows go back to review in: rows of a warned category first, then the other flagged rows;
-    each part worst label quality first (ties by id)."""
-
-    def key(ex: Example) -> tuple[bool, float, str]:
-        lq = ex.label_quality if ex.label_quality is not None else 1.0
-        return (ex.category not in warned, lq, ex.id)
-
-    return sorted(examples, key=key)
-
-
 # ---------------------------------------------------------------------------------------------
 # Relabelling (see the module docstring for the rule)
 # ---------------------------------------------------------------------------------------------
