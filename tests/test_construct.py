@@ -436,6 +436,43 @@ def test_donor_turns_never_show_a_user_only_dialog(mtrag_rows: list[Example], mt
     assert placed and opened, "a donor's clear rows stand both first and after another dialog, as its asks do"
 
 
+def test_clear_rows_read_alone_stand_alone(mtrag_rows: list[Example], mtrag_seeds) -> None:
+    """A clear row shown first or after another conversation's dialog is read alone: its turn must not point
+    outside itself ("what about pollution?", "this soccer event", "What a terrible war!"); the blind reading
+    of 2026-12-04 found 4 of 5 disagreements there. MTRAG's rewrites include such turns, so the check runs."""
+    from clariedge.construct.checks import needs_its_dialog
+    from clariedge.construct.core import is_donor
+    from clariedge.construct.wording import LEAD_INS
+
+    rewrites = [s.rewrite for s in mtrag_seeds if s.rewrite]
+    assert sum(needs_its_dialog(t) is not None for t in rewrites) > 20  # the rule has work to do
+    donors = {s.id for s in mtrag_seeds if is_donor(s)}
+    alone = [
+        r for r in mtrag_rows if r.category == "clear" and (len(r.messages) == 1 or r.provenance.seed_id in donors)
+    ]
+    assert len(alone) > 50
+
+    def own_words(turn: str) -> str:  # without the lead-in drawn for rows after a dialog ("Also, ")
+        lead = next((x for x in LEAD_INS if turn.lower().startswith(x.lower())), "")
+        return turn[len(lead) :]
+
+    bad = [r.last_turn for r in alone if needs_its_dialog(own_words(r.last_turn))]
+    assert not bad, bad
+
+
+def test_open_rows_after_retrieval_show_passages_far_from_the_turn(mtrag_rows: list[Example]) -> None:
+    """An open question after retrieval gets another domain's passages, none close in meaning to the turn: a
+    billing passage would settle "when do the invoices come out each month?"."""
+    from clariedge.construct.checks import _minilm
+
+    rows = [r for r in mtrag_rows if r.provenance.method == "ad_generalized_unpinned" and r.documents]
+    assert len(rows) >= 5
+    limit = FAST.checks.passage_max_similarity
+    for r in rows:
+        sims = _minilm([f"{d.title} {d.text}" for d in r.documents]) @ _minilm([r.last_turn])[0]
+        assert sims.max() < limit + 0.05, (r.last_turn, r.documents[int(sims.argmax())].title)  # + surface drawn
+
+
 def test_names_are_words_the_corpus_capitalises() -> None:
     from clariedge.construct.checks import _mostly_capitalised
 

@@ -82,19 +82,21 @@ def _conversation_texts(by_conv: dict[str, list[SeedTurn]]) -> dict[str, list[st
 
 
 _LENGTH_BINS = (0, 4, 6, 8, 10, 12, 15, 19, 25, 10_000)
-_DEFINITE = re.compile(r"\b(?:the|this|that|these|those)\s+[a-z]", re.I)
+_DEFINITE = re.compile(r"\bthe\s+[a-z]", re.I)
+_DEMONSTRATIVE = re.compile(r"\b(?:this|that|these|those)\b", re.I)
 
 
-def _surface_bin(text: str) -> tuple[int, bool]:
-    """What a shallow reader sees of a turn: its length (binned) and whether it has a definite noun phrase.
-    (Not its pronouns: follow-ups with "it" that the dialog resolves are the hard negatives real users write.)"""
+def _surface_bin(text: str) -> tuple[int, bool, bool]:
+    """What a shallow reader sees of a turn: its length (binned), whether it has a definite noun phrase ("the
+    ...") and a demonstrative ("this", "that"). (Not "it": follow-ups with "it" that the dialog resolves are
+    the hard negatives real users write.)"""
     n = len(words(text))
     length = next(i for i, edge in enumerate(_LENGTH_BINS[1:]) if n <= edge)
-    return length, bool(_DEFINITE.search(text))
+    return length, bool(_DEFINITE.search(text)), bool(_DEMONSTRATIVE.search(text))
 
 
 def _surface_match(rows: list[Example], ctx: _Ctx) -> list[Example]:
-    """Thin out clear rows (seeded) where their last turn's surface (length, a definite noun phrase) is
+    """Thin out clear rows (seeded) where their last turn's surface (length, "the ...", "this"/"that") is
     over-represented against the rows that need a question, so that neither tells the label. Hard negatives are
     kept whole: they are the short follow-ups real users write most, and the model must answer them.
 

@@ -429,6 +429,7 @@ class RowChecker:
     heads: frozenset[str]  # nouns of a kind ("plan", "city", "permit") whose bare definite use is open (OPEN_HEADS)
     dialog_max_similarity: float  # an open turn this close to the shown dialog may be resolved by it
     rewrite_max_similarity: float  # a turn this close to its human rewrite stands alone ("the cotton gin")
+    passage_max_similarity: float  # a shown passage this close to an open turn may resolve it
 
     def similarity(self, a: str, b: str) -> float:
         return float(self.judge._vec(a) @ self.judge._vec(b))
@@ -457,6 +458,80 @@ def open_definite(
             if nxt and (nxt[0][:1].isupper() or nxt[0].lower() == "of" or nxt[0][:1].isdigit()):
                 continue  # "the planet Mercury", "the country of Georgia", "the plan 2"
             return f"{det} {mod + ' ' if mod else ''}{noun}"
+    return None
+
+
+_ASKS = re.compile(
+    r"^\W*(?:who|whom|whose|what|which|when|where|why|how|is|are|was|were|do|does|did|can|could|should|would|will"
+    r"|has|have|had|may|might|must|shall|am|tell|explain|describe|list|give|show|define|compare|name)\b",
+    re.I,
+)
+
+
+_CONFIRMS = re.compile(r"\byou(?:'re| are) asking\b|,\s*(?:correct|right)\s*\?$", re.I)
+
+
+_PERSONAL = frozenset(
+    ["it", "its", "he", "him", "his", "she", "her", "they", "them", "their", "this", "that", "these", "those"]
+)
+_DEMONSTRATIVE_DETS = frozenset(["this", "these", "those"])
+# "it" that stands for nothing: "is it advisable to ...", "is it more challenging for ...", "where does it snow"
+_EMPTY_IT = re.compile(r"\bis it (?:\w+ ){0,2}(?:to|for)\b|\bit (?:snows?|rains?)\b", re.I)
+_DEICTIC_NOUNS = frozenset(
+    ["year", "month", "week", "time", "morning", "evening", "weekend", "summer", "winter", "spring", "fall"]
+)
+
+
+def _pointing_outside(text: str) -> str | None:
+    """The first word of `text` that points outside it: "this"/"these"/"those" before a noun ("this soccer
+    event"), or a pronoun with no content word before it in the turn that it could stand for ("how is it
+    created?"; not "is herpes lethal and how is it transmitted", nor "is it worth ...")."""
+    from clariedge.construct.text import DUMMY_IT
+
+    toks = words(text)
+    cased = [w for w in text.split() if any(c.isalnum() for c in w)]
+    empty_it = DUMMY_IT.search(text) or _EMPTY_IT.search(text)
+    for i, w in enumerate(toks):
+        nxt = toks[i + 1] if i + 1 < len(toks) else ""
+        if w in _DEMONSTRATIVE_DETS and nxt.isalpha() and nxt not in STOP:
+            named = len(cased) == len(toks) and cased[i + 1].istitle()  # "this Deep Impact mission", not "this SDK"
+            if nxt not in _DEICTIC_NOUNS and not named:
+                return f"{w} {nxt}"
+            continue
+        if w not in _PERSONAL or (w in ("it", "its") and empty_it) or (w == "that" and nxt):
+            continue
+        if not any(t not in STOP and stem(t) not in QUESTION_WORDS and not t.isdigit() for t in toks[:i]):
+            return w
+    return None
+
+
+def needs_its_dialog(turn: str, passages: str = "") -> str | None:
+    """Why a turn shown without any dialog before it would not stand alone for a reader, or None: a pronoun or
+    "this X" that points outside it ("what is it that can be cleaned up", "this soccer event"), an opening
+    that continues a dialog ("what about pollution?"), a short turn about "the X" that the `passages` do not
+    name ("what is the value?") or a fragment ("major characters"), an exclamation ("What a terrible war!"),
+    a statement, a confirmation of what a dialog said ("You're asking about X, correct?")."""
+    from clariedge.construct.text import ELLIPSIS_START
+
+    text = turn.strip().lstrip("\"'“ ")
+    toks = words(text)
+    if text.endswith("!"):
+        return "an exclamation, not a question"
+    if text.endswith(".") and not _ASKS.match(text):
+        return "a statement, not a question"  # "we require the assistance of an interpreter."
+    if _CONFIRMS.search(text):
+        return "it confirms what the dialog said"
+    if ELLIPSIS_START.match(text):
+        return "it continues a dialog"  # "what about ...", "and ...", "so ..."
+    pointer = _pointing_outside(text)
+    if pointer:
+        return f"{pointer!r} points outside the turn"
+    if len(toks) <= 4:
+        definite = [toks[i + 1] for i, w in enumerate(toks[:-1]) if w in ("the", "that")]
+        if definite and not terms(" ".join(definite)) <= terms(passages):
+            return "a short turn about an unnamed thing"
+        if not _ASKS.match(text) and not any(w[:1].isupper() for w in text.split()[1:]):
+            return "a fragment"
     return None
 
 
@@ -495,6 +570,9 @@ def verify(
         opening = open_definite(turn, dialog, passages, checker.heads, checker.names)
         if opening:
             return SenseVerdict("unclear", None, f"an open reference: {opening!r}")
+        alone = None if history else needs_its_dialog(turn, passages)
+        if alone:
+            return SenseVerdict("unclear", None, f"shown alone: {alone}")
     if len(senses) >= 2:
         from clariedge.construct.entities import entity_of_title
 
@@ -510,7 +588,15 @@ def verify(
         if len(in_dialog) > 1:
             return SenseVerdict("ask" if claim == "ask" else "unclear", None, "the dialog names several senses")
         shown = sorted({d.title for d in documents} & set(senses))
-        return check_loose(checker.judge, turn, head, shown if len(shown) >= 2 else senses, retrieved=len(shown) >= 2)
+        verdict = check_loose(
+            checker.judge, turn, head, shown if len(shown) >= 2 else senses, retrieved=len(shown) >= 2
+        )
+        if verdict.label == "ask" and claim == "ask" and history:
+            # the dialog's own topic may pick the sense without naming it ("teams in football" after MLS)
+            lean = checker.judge.judge(" ".join(history[-2:]) + " " + turn, senses, terms(head))
+            if lean.label == "answer":
+                return SenseVerdict("unclear", None, f"the dialog leans to {lean.sense!r}")
+        return verdict
     if claim == "answer":
         return SenseVerdict("answer", None, "no open reference")
     from clariedge.construct.text import find_anchor
@@ -529,6 +615,9 @@ def verify(
         near = checker.similarity(turn, " ".join(history[-2:]))
         if near >= checker.dialog_max_similarity:
             return SenseVerdict("unclear", None, f"the dialog may resolve it (similarity {near:.2f})", margin=near)
+    close = max((checker.similarity(turn, f"{d.title} {d.text}") for d in documents), default=-1.0)
+    if close >= checker.passage_max_similarity:
+        return SenseVerdict("unclear", None, f"a passage may resolve it (similarity {close:.2f})", margin=close)
     return SenseVerdict("ask", None, "an open reference nothing resolves")
 
 
@@ -543,6 +632,7 @@ def build_checker(
     rare_max_share: float,
     dialog_max_similarity: float,
     rewrite_max_similarity: float,
+    passage_max_similarity: float,
     embed_fn: EmbedFn | None = None,
 ) -> RowChecker:
     """The checker for a corpus: `conversations` maps each conversation to its texts (turns and passages)."""
@@ -574,6 +664,7 @@ def build_checker(
         OPEN_HEADS | classes,
         dialog_max_similarity,
         rewrite_max_similarity,
+        passage_max_similarity,
     )
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 
-from clariedge.construct.core import _cut_dialog, _docs, _Emitter, _pick_host, _want, is_donor
+from clariedge.construct.checks import needs_its_dialog
+from clariedge.construct.core import _Ctx, _cut_dialog, _docs, _Emitter, _pick_host, _want, is_donor
 from clariedge.construct.text import find_anchor, referent_terms
 from clariedge.schema import SeedTurn
 
@@ -15,6 +16,15 @@ _REFERS_TO_DIALOG = re.compile(
     r"|\bin (?:this|that) (?:context|case)\b|\b(?:the )?(?:above|previous(?:ly)?|aforementioned)\b",
     re.I,
 )
+
+
+def _alone(ctx: _Ctx, method: str, turn: str) -> bool:
+    """True when `turn`, shown after a dialog not its own (another conversation's, or its own with the
+    referent cut away), still stands alone for a reader. (Shown first, `checks.verify` reads it so.)"""
+    if needs_its_dialog(turn) is None:
+        return True
+    ctx.skipped[f"{method}:needs_its_dialog"] += 1
+    return False
 
 
 def _clear_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
@@ -30,14 +40,18 @@ def _clear_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
         host = _pick_host(seed, set(), None, hosts, ctx)
         if host is not None:
             history, documents = host.messages[:-1], seed.documents or host.documents
+    # a turn shown after another conversation is read alone: a rewrite standalone only in its own conversation
+    # ("what about pollution?", "this soccer event") is not clear there
+    foreign = bool(history) and is_donor(seed)
     # standalone by a human rewrite equal to the turn, or a first turn, or a turn with nothing pointing outside it
     judged = seed.rewrite is not None or seed.turn == 1 or find_anchor(seed.last_turn, None) is None
     if _want(ctx, "clear_as_is") and seed.is_standalone:
-        if judged:
-            em.both("clear_as_is", history, seed.last_turn, _docs(documents, ctx))
-        else:
+        if not judged:
             ctx.skipped["clear_as_is:unjudged_reference"] += 1
+        elif not foreign or _alone(ctx, "clear_as_is", seed.last_turn):
+            em.both("clear_as_is", history, seed.last_turn, _docs(documents, ctx))
     if _want(ctx, "clear_rewrite") and seed.rewrite and not seed.is_standalone:
         # a standalone rewrite needs no context: place it in the full dialog or where the context is missing
         cut = _cut_dialog(history, referent_terms(seed)) if ctx.rng.random() < 0.5 else list(history)
-        em.both("clear_rewrite", cut, seed.rewrite, _docs(documents, ctx))
+        if not cut or (not foreign and cut == list(history)) or _alone(ctx, "clear_rewrite", seed.rewrite):
+            em.both("clear_rewrite", cut, seed.rewrite, _docs(documents, ctx))

@@ -48,6 +48,11 @@ class CheckConfig(StageConfig):
         le=1.0,
         description="a turn this close (MiniLM) to its human rewrite stands alone: the rewrite adds little",
     )
+    passage_max_similarity: float = Field(
+        ge=-1.0,
+        le=1.0,
+        description="an open turn this close (MiniLM) to a shown passage may be resolved by it: not made",
+    )
 
 
 class ConstructConfig(StageConfig):

@@ -203,15 +203,20 @@ def is_donor(seed: SeedTurn) -> bool:
     return seed.turn > 1 and not any(m.role == "assistant" for m in seed.messages[:-1])
 
 
-def _unrelated_docs(seed: SeedTurn, hidden: set[str], ctx: _Ctx) -> list[Document]:
+def _unrelated_docs(seed: SeedTurn, turn: str, hidden: set[str], ctx: _Ctx) -> list[Document]:
     """Passages another domain's turn retrieved, none mentioning `hidden` (the open reference's noun or what it
-    left out): what a retriever returns for a question it cannot place. An open question then exists after
-    retrieval too, so that whether passages are shown says nothing about the label."""
+    left out) nor close in meaning to `turn` (a billing passage settles "when do the invoices come out?"): what
+    a retriever returns for a question it cannot place. An open question then exists after retrieval too, so
+    that whether passages are shown says nothing about the label."""
     pool = [h for h in ctx.doc_hosts if h.domain != seed.domain]
+    checker = ctx.checker
+    assert checker is not None
     for _ in range(ctx.cfg.stitch_tries if pool else 0):
-        h = pool[ctx.rng.randrange(len(pool))]
-        if not any(mentions_any(d.title + " " + d.text, hidden) for d in h.documents):
-            return _docs(h.documents, ctx)
+        docs = _docs(pool[ctx.rng.randrange(len(pool))].documents, ctx)
+        if any(mentions_any(d.title + " " + d.text, hidden) for d in docs):
+            continue
+        if all(checker.similarity(turn, f"{d.title} {d.text}") < checker.passage_max_similarity for d in docs):
+            return docs
     return []
 
 

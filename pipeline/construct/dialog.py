@@ -60,7 +60,7 @@ def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
             "ad_generalized_unpinned",
             [],
             seed.last_turn,
-            _unrelated_docs(seed, ref | terms(reference), ctx),
+            _unrelated_docs(seed, seed.last_turn, ref | terms(reference), ctx),
             clarification=clar,
             template=f"open.{tmpl}",
             reference=reference,

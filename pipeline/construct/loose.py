@@ -109,7 +109,7 @@ def _generalized_entity_rows(
             "ad_generalized_unpinned",
             unpinned,
             loose,
-            _unrelated_docs(seed, hidden | terms(entity.head), ctx),
+            _unrelated_docs(seed, loose, hidden | terms(entity.head), ctx),
             clarification=clar,
             interpretations=labels,
             senses=senses,
@@ -237,7 +237,7 @@ def _class_rows(
             "ad_generalized_unpinned",
             unpinned,
             general,
-            _unrelated_docs(seed, terms(cls) | set().union(*(terms(e.head) for e in family)), ctx),
+            _unrelated_docs(seed, general, terms(cls) | set().union(*(terms(e.head) for e in family)), ctx),
             clarification=clar,
             template=f"{tmpl}.{ctmpl}",
         )

@@ -48,7 +48,7 @@ PRONOUNS: dict[str, str] = {
     "those": "group",
     "there": "place",
 }
-_ELLIPSIS_START = re.compile(r"^\s*(what about|how about|and|also|same|any|but|so|or|what if)\b", re.I)
+ELLIPSIS_START = re.compile(r"^\s*(what about|how about|and|also|same|any|but|so|or|what if)\b", re.I)
 _DETERMINERS = ("the", "this", "that")
 _POSSESSIVES = frozenset(
     ["a", "an", "my", "your", "our", "their", "his", "her", "its", "any", "every", "each", "some", "no"]
@@ -151,7 +151,7 @@ _EXISTENTIAL_THERE = re.compile(
     r"|(?:is|are|was|were|will|would|could|should|can|does|do|has|have)\s+there\b)",
     re.I,
 )
-_DUMMY_IT = re.compile(
+DUMMY_IT = re.compile(
     r"\b(?:is|was|isn't|wasn't|would|will)\s+it\s+(?:true|possible|worth|ok|okay|better|worse|safe|legal|normal|"
     r"necessary|required|too late|too early|a good idea|smart|wise|common|likely|hard|easy)\b"
     r"|\bit(?:'s|\s+is)\s+\w+\s+to\b|\bhow long (?:does|will|would) it take\b",
@@ -197,7 +197,7 @@ def find_anchor(turn: str, rewrite: str | None) -> Anchor | None:
                 continue
             if w == "there" and _EXISTENTIAL_THERE.search(turn):
                 continue  # "is there a fee?" points nowhere
-            if w in ("it", "its") and _DUMMY_IT.search(turn) and sum(t in ("it", "its") for t in toks) == 1:
+            if w in ("it", "its") and DUMMY_IT.search(turn) and sum(t in ("it", "its") for t in toks) == 1:
                 continue  # "is it true that ...", "is it worth ...": no referent
             if w == "this" and _DEICTIC_HERE.search(turn):
                 continue  # "first time investing here", "this year": the speaker's own situation
@@ -207,7 +207,7 @@ def find_anchor(turn: str, rewrite: str | None) -> Anchor | None:
             if m and w in ("it", "that", "this") and m.group(1).lower() not in STOP:
                 return Anchor("noun", m.group(1).lower(), _context(turn))
             return Anchor(PRONOUNS[w], w, _context(turn))  # type: ignore[arg-type]
-    if _ELLIPSIS_START.match(turn) or len(toks) <= 4:
+    if ELLIPSIS_START.match(turn) or len(toks) <= 4:
         return Anchor("ellipsis", _fragment(turn), _fragment(turn))
     return None
 
