@@ -16,7 +16,7 @@ import pytest
 from conftest import params_section
 from openai_stub import Behaviour, OpenAIStub
 
-from clariedge import llm
+from clariedge import llm, llm_openai
 from clariedge.llm import Job, LLMCache, LLMConfigError, OpenAIBackend, OpenAIConfig, Runner
 from clariedge.prompts import get_prompt
 
@@ -211,12 +211,12 @@ def test_nothing_lost_under_concurrency_with_mixed_failures(stub: OpenAIStub, tm
 
 
 def test_retry_after_parsing() -> None:
-    assert llm._retry_after({"retry-after": "2"}) == 2.0
-    assert llm._retry_after({"retry-after-ms": "1500"}) == 1.5
-    assert llm._retry_after({}) is None
-    assert llm._retry_after({"retry-after": "soon"}) is None
+    assert llm_openai._retry_after({"retry-after": "2"}) == 2.0
+    assert llm_openai._retry_after({"retry-after-ms": "1500"}) == 1.5
+    assert llm_openai._retry_after({}) is None
+    assert llm_openai._retry_after({"retry-after": "soon"}) is None
     in_3s = formatdate(time.time() + 3, usegmt=True)
-    assert 1.0 < llm._retry_after({"retry-after": in_3s}) <= 3.0
+    assert 1.0 < llm_openai._retry_after({"retry-after": in_3s}) <= 3.0
     backend = OpenAIBackend(openai_cfg(retry_after_max_s=5.0), "k")
     assert 5.0 <= backend._backoff(0, 3600.0) <= 5.5  # capped by params
     waits = [backend._backoff(3, None) for _ in range(50)]
