@@ -1,6 +1,7 @@
 """The `clariedge` console script: one subcommand per pipeline stage.
 
-This is the only module that reads argv, environment variables and `params.yaml`; it hands each
+This module and its siblings (`cli_review`: the `review` group; `cli_common`: the shared options and the
+error exit) are the only code that reads argv, environment variables and `params.yaml`; they hand each
 stage its validated config section. Heavy libraries are imported inside the commands, so
 `clariedge --help` stays fast.
 """
@@ -9,19 +10,18 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from clariedge import __version__
+from clariedge.cli_common import EXPECTED, ParamsOpt, ProgressOpt, StatsOpt, fail, stage_errors
+from clariedge.cli_review import review_app, review_config
 from clariedge.config import ConfigError, load_seed, load_stage_config
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__.splitlines()[0])
-
-ParamsOpt = Annotated[Path, typer.Option("--params", help="params file (one section per stage)")]
+app.add_typer(review_app, name="review")
 
 
 def setup_logging(verbose: bool = False) -> None:
@@ -31,25 +31,6 @@ def setup_logging(verbose: bool = False) -> None:
         datefmt="%H:%M:%S",
         force=True,
     )
-
-
-def fail(message: str, code: int = 1) -> None:
-    """Print a one-line error (no traceback) and exit."""
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(code)
-
-
-EXPECTED = (ConfigError, FileNotFoundError, ValueError)  # what a stage raises on bad input: one line, no traceback
-
-
-@contextmanager
-def stage_errors(*errors: type[Exception]) -> Iterator[None]:
-    """`fail` on the errors a command expects: `errors`, or by default a bad config, a missing file or a bad value."""
-    caught = errors or EXPECTED
-    try:
-        yield
-    except caught as err:
-        fail(str(err))
 
 
 @app.callback()
@@ -69,7 +50,7 @@ def ingest(
     output: Annotated[Path, typer.Option("-o", "--output", help="seed turns parquet")],
     paths: Annotated[list[Path] | None, typer.Argument(help="files or folders; default: params ingest.paths")] = None,
     rejects: Annotated[Path | None, typer.Option(help="rejected rows JSONL")] = None,
-    stats: Annotated[Path | None, typer.Option(help="stats JSON (a DVC metric)")] = None,
+    stats: StatsOpt = None,
     strict: Annotated[bool | None, typer.Option("--strict/--no-strict", help="exit non-zero on any bad row")] = None,
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
@@ -97,11 +78,11 @@ def synthesize(
     output: Annotated[Path, typer.Option("-o", "--output", help="candidate examples parquet")],
     cache: Annotated[Path, typer.Option(help="LLM call cache (SQLite)")],
     rejects: Annotated[Path | None, typer.Option(help="rejected jobs JSONL")] = None,
-    stats: Annotated[Path | None, typer.Option(help="stats JSON (a DVC metric)")] = None,
+    stats: StatsOpt = None,
     backend: Annotated[
         str | None, typer.Option(help="override synthesize.backend: construct | openai | transformers")
     ] = None,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="progress bar")] = True,
+    progress: ProgressOpt = True,
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
     """Synthesize candidate examples of the four categories (construct | openai | transformers backend)."""
@@ -127,7 +108,7 @@ def filter_(
     candidates: Annotated[Path, typer.Argument(help="candidate examples parquet (synthesize output)")],
     output: Annotated[Path, typer.Option("-o", "--output", help="filtered examples parquet")],
     rejects: Annotated[Path | None, typer.Option(help="dropped rows JSONL, with reasons")] = None,
-    stats: Annotated[Path | None, typer.Option(help="stats JSON (a DVC metric)")] = None,
+    stats: StatsOpt = None,
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
     """Validate, bound, de-duplicate (MiniLM), leakage-check, optionally LLM-judge and balance candidates."""
@@ -144,157 +125,6 @@ def filter_(
         stage.run(candidates, output, rejects, stats, cfg, seed=seed, api_key=api_key)
 
 
-# --- review (Argilla) -------------------------------------------------------------------------
-review_app = typer.Typer(no_args_is_help=True, help="Human review in Argilla: local server, push, pull, the stage.")
-app.add_typer(review_app, name="review")
-
-ARGILLA_DEFAULT_URL = "http://127.0.0.1:6900"
-
-
-def review_config(params: Path = Path("params.yaml"), mode: str | None = None):  # -> ReviewConfig
-    """The `review:` section, with the server URL and key from ARGILLA_API_URL / ARGILLA_API_KEY
-    (what other stages, e.g. clean's `send_back`, should use too)."""
-    import os
-
-    from clariedge.annotation.review import ReviewConfig
-
-    cfg = load_stage_config(params, "review", ReviewConfig)
-    update: dict[str, str] = {
-        "api_url": os.environ.get("ARGILLA_API_URL") or ARGILLA_DEFAULT_URL,
-        "api_key": os.environ.get("ARGILLA_API_KEY") or "",
-    }
-    if mode is not None:
-        if mode not in ("none", "argilla", "import"):
-            raise ConfigError(f"--mode {mode!r}: expected none, argilla or import")
-        update["mode"] = mode
-    return cfg.model_copy(update=update)
-
-
-def _argilla_script(action: str, *args: str, cfg=None) -> int:
-    import os
-    import subprocess
-
-    script = Path("scripts/argilla.sh")
-    if not script.exists():
-        script = Path(__file__).resolve().parents[1] / "scripts" / "argilla.sh"
-    if not script.exists():
-        fail("scripts/argilla.sh not found: run from the project checkout")
-    env = dict(os.environ)
-    if cfg is not None:
-        env.setdefault("ARGILLA_OWNER", cfg.owner)
-        env.setdefault("ARGILLA_ANNOTATORS", " ".join(cfg.annotators))
-        env.setdefault("ARGILLA_WORKSPACE", cfg.workspace)
-    return subprocess.call(["bash", str(script), action, *args], env=env)
-
-
-@review_app.command("up")
-def review_up(params: ParamsOpt = Path("params.yaml")) -> None:
-    """Install (first time) and start the local Argilla stack; prints the UI URL and credentials."""
-    with stage_errors(ConfigError):
-        cfg = review_config(params)
-    code = _argilla_script("install") or _argilla_script("up", cfg=cfg)
-    if code:
-        fail("the local Argilla stack did not start (see the lines above and .argilla/logs/)", code)
-
-
-@review_app.command("down")
-def review_down() -> None:
-    """Stop exactly the processes `review up` started (safe to repeat)."""
-    code = _argilla_script("down")
-    if code:
-        fail("could not stop the local Argilla stack", code)
-
-
-@review_app.command("push")
-def review_push(
-    examples: Annotated[Path, typer.Argument(help="examples parquet")],
-    force: Annotated[bool, typer.Option("--force", help="re-send records whose content is unchanged")] = False,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="progress bar")] = True,
-    params: ParamsOpt = Path("params.yaml"),
-) -> None:
-    """Push examples to the Argilla dataset (ids = example ids: re-pushing updates, never duplicates)."""
-    from clariedge.annotation import review as stage
-    from clariedge.io import read_records
-    from clariedge.schema import Example
-
-    with stage_errors(*EXPECTED, stage.ReviewError):
-        cfg = review_config(params, "argilla")
-        stats = stage.push(read_records(examples, Example), cfg, force=force, progress=progress)
-    refused = stats.pop("refused")
-    typer.echo(
-        f"{stats['dataset']}: {stats['created']} created, {stats['updated']} updated, "
-        f"{stats['skipped_unchanged']} unchanged, {len(refused)} refused"
-    )
-    for r in refused:
-        typer.secho(f"refused {r['id']}: {r['error']}", fg=typer.colors.YELLOW, err=True)
-
-
-def _review_outputs(
-    examples: Path, output: Path, snapshot: Path | None, discarded: Path | None, stats: Path | None, cfg, push: bool
-) -> None:
-    from clariedge.annotation import review as stage
-
-    with stage_errors(FileNotFoundError, ValueError, stage.ReviewError):
-        result = stage.run(
-            examples, output, cfg, snapshot_path=snapshot, discarded_path=discarded, stats_path=stats, push_first=push
-        )
-    typer.echo(
-        f"review ({cfg.mode}): {result['rows_out']} rows out: {result['reviewed']} reviewed, "
-        f"{result['pending']} pending, {result['unreviewed']} unreviewed; {result['discarded']} discarded"
-    )
-
-
-SnapshotOpt = Annotated[
-    Path | None, typer.Option(help="pulled responses JSONL (the snapshot the output is built from)")
-]
-DiscardedOpt = Annotated[Path | None, typer.Option(help="discarded records parquet (kept apart)")]
-StatsOpt = Annotated[Path | None, typer.Option(help="stats JSON (a DVC metric)")]
-
-
-@review_app.command("pull")
-def review_pull(
-    examples: Annotated[Path, typer.Argument(help="the examples that were pushed (parquet)")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="reviewed examples parquet")],
-    snapshot: SnapshotOpt = None,
-    discarded: DiscardedOpt = None,
-    stats: StatsOpt = None,
-    params: ParamsOpt = Path("params.yaml"),
-) -> None:
-    """Pull submitted/discarded responses from the live server and write the reviewed examples."""
-    with stage_errors(ConfigError):
-        cfg = review_config(params, "argilla")
-    _review_outputs(examples, output, snapshot, discarded, stats, cfg, push=False)
-
-
-@review_app.command("run")
-def review_run(
-    examples: Annotated[Path, typer.Argument(help="examples parquet (filter output)")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="reviewed examples parquet")],
-    snapshot: SnapshotOpt = None,
-    discarded: DiscardedOpt = None,
-    stats: StatsOpt = None,
-    mode: Annotated[str | None, typer.Option(help="override review.mode: none | argilla | import")] = None,
-    params: ParamsOpt = Path("params.yaml"),
-) -> None:
-    """The review stage: none = pass-through (unreviewed); argilla = push, then pull; import = read an export."""
-    with stage_errors(ConfigError):
-        cfg = review_config(params, mode)
-    _review_outputs(examples, output, snapshot, discarded, stats, cfg, push=True)
-
-
-@review_app.command("export")
-def review_export(
-    folder: Annotated[Path, typer.Argument(help="empty folder for Dataset.to_disk (what mode import reads)")],
-    params: ParamsOpt = Path("params.yaml"),
-) -> None:
-    """Export the live dataset to disk (settings + records with responses) for review.mode import."""
-    from clariedge.annotation import review as stage
-
-    with stage_errors(ConfigError, stage.ReviewError):
-        path = stage.export_dataset(review_config(params, "argilla"), folder)
-    typer.echo(f"exported to {path}")
-
-
 # --- clean and publish ---------------------------------------------------------------------------
 @app.command()
 def clean(
@@ -303,7 +133,7 @@ def clean(
     issues: Annotated[Path, typer.Option(help="label issues CSV (flagged rows, why, what was done)")],
     report: Annotated[Path, typer.Option(help="label issues Markdown report")],
     confusion: Annotated[Path, typer.Option(help="confusion plot PNG")],
-    stats: Annotated[Path | None, typer.Option(help="stats JSON (a DVC metric)")] = None,
+    stats: StatsOpt = None,
     cache: Annotated[Path | None, typer.Option(help="MiniLM embedding cache (omit: none)")] = None,
     policy: Annotated[str | None, typer.Option(help="override clean.policy: drop | relabel | send_back")] = None,
     params: ParamsOpt = Path("params.yaml"),
@@ -345,7 +175,7 @@ def publish(
     output: Annotated[Path, typer.Option("-o", "--output", help="DatasetDict folder (save_to_disk + card)")],
     parquet_dir: Annotated[Path, typer.Option(help="one parquet per split")],
     chat_dir: Annotated[Path, typer.Option(help="chat-format JSONL per split")],
-    stats: Annotated[Path | None, typer.Option(help="stats JSON (a DVC metric)")] = None,
+    stats: StatsOpt = None,
     clean_stats: Annotated[Path | None, typer.Option(help="clean's stats JSON, quoted in the card")] = None,
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
@@ -401,7 +231,7 @@ def train(
         Path | None, typer.Option(help="validation split: calibrates the decision threshold (train.calibrate)")
     ] = None,
     max_steps: Annotated[int | None, typer.Option(help="override train.max_steps (quick runs)")] = None,
-    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="progress bar")] = True,
+    progress: ProgressOpt = True,
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
     """Train a LoRA adapter on the train split (one variant); resumes from its checkpoint if present."""
@@ -446,7 +276,7 @@ def predict(
     precision: Annotated[
         str, typer.Option(help="auto (bf16 where the hardware has it natively) | fp32 | bf16")
     ] = "auto",
-    progress: Annotated[bool, typer.Option("--progress/--no-progress", help="progress bar")] = True,
+    progress: ProgressOpt = True,
 ) -> None:
     """Ask the adapter whether each dialog's last turn needs a clarifying question (greedy, batched)."""
     from clariedge.training import infer

@@ -19,13 +19,14 @@ PARAMS = ROOT / "params.yaml"
 
 @functools.cache
 def cli_sections() -> dict[str, type]:
-    """params.yaml section -> the config class the CLI validates it into, read from pipeline/cli.py's
-    `load_stage_config(params, "<section>", <Config>)` calls (so a new stage is covered without a list here)."""
+    """params.yaml section -> the config class the CLI validates it into, read from the
+    `load_stage_config(params, "<section>", <Config>)` calls in pipeline/cli.py and its `cli_*` siblings
+    (so a new stage is covered without a list here)."""
     import ast
 
     found: dict[str, type] = {}
-    tree = ast.parse((ROOT / "pipeline" / "cli.py").read_text(encoding="utf-8"))
-    for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
+    trees = [ast.parse(p.read_text(encoding="utf-8")) for p in sorted((ROOT / "pipeline").glob("cli*.py"))]
+    for fn in (n for tree in trees for n in tree.body if isinstance(n, ast.FunctionDef)):
         names = {  # local name -> what `from X import Y as name` binds: a module or an attribute
             a.asname or a.name: (node.module, a.name)
             for node in ast.walk(fn)

@@ -88,7 +88,8 @@ def _outs(stage: dict) -> list[str]:
 _SETUPTOOLS = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
 PACKAGE_DIRS: dict[str, str] = _SETUPTOOLS["package-dir"]  # clariedge.training -> training, ...
 PACKAGE_DATA: dict[str, list[str]] = _SETUPTOOLS.get("package-data", {})  # files read through importlib.resources
-CLI = "clariedge.cli"
+# the CLI: `clariedge.cli` and its sibling modules `clariedge.cli_*` (the review group, the shared options)
+CLI_MODULES = {f"clariedge.{p.stem}" for p in (ROOT / PACKAGE_DIRS["clariedge"]).glob("cli*.py")}
 
 
 def module_file(name: str) -> Path | None:
@@ -168,11 +169,11 @@ def _with_parents(name: str) -> list[str]:
 
 
 def _cli_function_imports(fn_name: str, seen: set[str] | None = None) -> set[str]:
-    """Modules a function of the CLI module imports, following its calls to other functions of that module."""
+    """Modules a function of the CLI imports, following its calls to other functions of the CLI modules."""
     seen = seen if seen is not None else set()
     seen.add(fn_name)
-    tree = _CLI_FUNCTIONS[fn_name]
-    out = _imports(tree, CLI, False)
+    module, tree = _CLI_FUNCTIONS[fn_name]
+    out = _imports(tree, module, False)
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             callee = node.func.id
@@ -181,13 +182,18 @@ def _cli_function_imports(fn_name: str, seen: set[str] | None = None) -> set[str
     return out
 
 
-_CLI_TREE = ast.parse((ROOT / module_file(CLI)).read_text(encoding="utf-8"))
-_CLI_FUNCTIONS = {n.name: n for n in _CLI_TREE.body if isinstance(n, ast.FunctionDef)}
-_CLI_MODULE_IMPORTS = _imports(
-    ast.Module(body=[n for n in _CLI_TREE.body if isinstance(n, ast.Import | ast.ImportFrom)], type_ignores=[]),
-    CLI,
-    False,
+_CLI_TREES = {m: ast.parse((ROOT / module_file(m)).read_text(encoding="utf-8")) for m in sorted(CLI_MODULES)}
+_CLI_FUNCTIONS = {n.name: (m, n) for m, t in _CLI_TREES.items() for n in t.body if isinstance(n, ast.FunctionDef)}
+assert len(_CLI_FUNCTIONS) == sum(isinstance(n, ast.FunctionDef) for t in _CLI_TREES.values() for n in t.body), (
+    "a function name is defined in two CLI modules"
 )
+_CLI_MODULE_IMPORTS = {
+    name
+    for m, t in _CLI_TREES.items()
+    for name in _imports(
+        ast.Module(body=[n for n in t.body if isinstance(n, ast.Import | ast.ImportFrom)], type_ignores=[]), m, False
+    )
+}
 
 
 def stage_command(stage: dict) -> list[str]:
@@ -205,7 +211,7 @@ def stage_command(stage: dict) -> list[str]:
 def code_closure(stage: dict) -> set[str]:
     """Every project file the stage's command runs or reads as package data: the subcommand's function
     (and the CLI helpers it calls), then the transitive closure of the first-party modules they import.
-    The CLI module itself and package __init__ files that run nothing are left out."""
+    The CLI modules themselves and package __init__ files that run nothing are left out."""
     group = get_command(app)
     cmd = group
     for w in stage_command(stage):
@@ -216,7 +222,7 @@ def code_closure(stage: dict) -> set[str]:
     data: set[str] = set()
     while todo:
         name = todo.pop()
-        if name in done or name == CLI:
+        if name in done or name in CLI_MODULES:
             continue
         done.add(name)
         path = module_file(name)
@@ -226,7 +232,7 @@ def code_closure(stage: dict) -> set[str]:
     files: set[str] = set()
     for name in done:
         path = module_file(name)
-        if path is None or name == CLI:
+        if path is None or name in CLI_MODULES:
             continue
         if path.name != "__init__.py" or not _is_trivial_init(path):
             files.add(path.as_posix())
@@ -281,7 +287,7 @@ def test_checker_handles_package_folders_and_package_data() -> None:
     assert {"pipeline/construct/build.py", "pipeline/construct/text.py"} <= closure
     assert "generation_prompts/clarification.v1.yaml" in closure  # read through importlib.resources
     assert "pipeline/__init__.py" not in closure  # runs nothing
-    assert "pipeline/cli.py" not in closure
+    assert not {"pipeline/cli.py", "pipeline/cli_common.py", "pipeline/cli_review.py"} & closure
     no_folder = {**synth, "deps": [d for d in synth["deps"] if d != "pipeline/construct"]}
     assert "pipeline/construct/core.py" in undeclared_code(no_folder)
 
