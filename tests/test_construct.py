@@ -440,8 +440,8 @@ def test_clear_rows_read_alone_stand_alone(mtrag_rows: list[Example], mtrag_seed
     """A clear row shown first or after another conversation's dialog is read alone: its turn must not point
     outside itself ("what about pollution?", "this soccer event", "What a terrible war!"); the blind reading
     of 2026-12-04 found 4 of 5 disagreements there. MTRAG's rewrites include such turns, so the check runs."""
-    from clariedge.construct.checks import needs_its_dialog
     from clariedge.construct.core import is_donor
+    from clariedge.construct.reading import needs_its_dialog
     from clariedge.construct.wording import LEAD_INS
 
     rewrites = [s.rewrite for s in mtrag_seeds if s.rewrite]
@@ -463,7 +463,7 @@ def test_clear_rows_read_alone_stand_alone(mtrag_rows: list[Example], mtrag_seed
 def test_open_rows_after_retrieval_show_passages_far_from_the_turn(mtrag_rows: list[Example]) -> None:
     """An open question after retrieval gets another domain's passages, none close in meaning to the turn: a
     billing passage would settle "when do the invoices come out each month?"."""
-    from clariedge.construct.checks import _minilm
+    from clariedge.construct.senses import _minilm
 
     rows = [r for r in mtrag_rows if r.provenance.method == "ad_generalized_unpinned" and r.documents]
     assert len(rows) >= 5
@@ -474,7 +474,7 @@ def test_open_rows_after_retrieval_show_passages_far_from_the_turn(mtrag_rows: l
 
 
 def test_names_are_words_the_corpus_capitalises() -> None:
-    from clariedge.construct.checks import _mostly_capitalised
+    from clariedge.construct.reading import _mostly_capitalised
 
     texts = [
         "We flew to Montreal in May. The Montreal office was closed.",

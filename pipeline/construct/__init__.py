@@ -39,10 +39,11 @@ Params:  `synthesize.construct.*` (see `ConstructConfig`); the rng comes from th
 from __future__ import annotations
 
 from clariedge.construct.build import construct
-from clariedge.construct.checks import SenseJudge, SenseVerdict, broken_name, names_own_topic, still_named
 from clariedge.construct.config import GENERATOR, METHODS, ConstructConfig
 from clariedge.construct.core import contradiction
 from clariedge.construct.entities import Entity, entity_of_title, generalize, text_entities
+from clariedge.construct.reading import names_own_topic
+from clariedge.construct.senses import SenseJudge, SenseVerdict, broken_name, still_named
 from clariedge.construct.stats import shallow_separability
 from clariedge.construct.text import Anchor, find_anchor, referent_terms, stem, terms, words
 from clariedge.construct.wording import plain_label

@@ -9,13 +9,14 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from clariedge.construct.checks import EmbedFn, build_checker, gold_precision
+from clariedge.construct.checks import build_checker, gold_precision
 from clariedge.construct.clear import _clear_rows
 from clariedge.construct.config import METHODS, ConstructConfig
 from clariedge.construct.core import _Ctx, _Emitter, is_donor
 from clariedge.construct.dialog import _dialog_rows
 from clariedge.construct.entities import _build_entities
 from clariedge.construct.loose import _generalized_rows
+from clariedge.construct.senses import EmbedFn
 from clariedge.construct.stats import _stats
 from clariedge.construct.text import words
 from clariedge.io import Rejects

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
-from clariedge.construct.checks import needs_its_dialog
 from clariedge.construct.core import _Ctx, _cut_dialog, _docs, _Emitter, _pick_host, _want, is_donor
+from clariedge.construct.reading import needs_its_dialog
 from clariedge.construct.text import find_anchor, referent_terms
 from clariedge.schema import SeedTurn
 

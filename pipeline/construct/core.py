@@ -11,9 +11,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from clariedge.construct.checks import RowChecker, SenseJudge, verify
+from clariedge.construct.checks import RowChecker, verify
 from clariedge.construct.config import GENERATOR, METHODS, ConstructConfig
 from clariedge.construct.entities import Entity
+from clariedge.construct.senses import SenseJudge
 from clariedge.construct.text import Anchor, mentions_any, referent_terms, terms
 from clariedge.construct.wording import LEAD_INS
 from clariedge.io import Rejects, describe_validation_error

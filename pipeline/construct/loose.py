@@ -6,10 +6,11 @@ pick one sense: `checks.SenseJudge`)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from clariedge.construct.checks import QUESTION_WORDS, SenseVerdict, broken_name, still_named
 from clariedge.construct.core import _Ctx, _cut_dialog, _docs, _Emitter, _pick_host, _unrelated_docs, _want
 from clariedge.construct.entities import Entity, class_noun, generalize, text_entities, to_class
+from clariedge.construct.senses import QUESTION_WORDS, SenseVerdict, broken_name, still_named
 from clariedge.construct.text import _DETERMINERS, Anchor, find_anchor, mentions_any, terms, words
 from clariedge.construct.wording import clarify_dialog, clarify_documents, display_head, plain_label
 from clariedge.schema import Document, Message, SeedTurn
@@ -118,27 +119,54 @@ def _generalized_entity_rows(
     if _want(ctx, "ad_stitched") and ambiguous and ctx.rng.random() < 0.5:
         _stitch(em, seed, hosts, loose, entity.modifier_terms(), hidden, noun_anchor, family, gen, senses)
     _class_rows(em, seed, hosts, entity, question, family, unpinned)
+    _document_rows(em, seed, hosts, _Loose(entity, question, loose, siblings, senses, gen, hidden, unpinned, verdict))
+
+
+@dataclass(frozen=True)
+class _Loose:
+    """A loose question and what its rows share: the entity it was made from, the precise question, the
+    same-name siblings, the senses its meaning check reads, the template tag, the words that would pin it,
+    the dialog cut before them, and the turn's own sense verdict (None: no competing senses)."""
+
+    entity: Entity
+    question: str
+    loose: str
+    siblings: list[Entity]
+    senses: list[str]
+    gen: str
+    hidden: set[str]
+    unpinned: list[Message]
+    verdict: SenseVerdict | None
+
+    @property
+    def ambiguous(self) -> bool:
+        return self.verdict is None or self.verdict.label == "ask"
+
+
+def _document_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn], lq: _Loose) -> None:
+    """Post-retrieval: one entity's documents resolve the loose question (`hn_documents_resolve`); several make
+    it ambiguous (`adoc_entity_collision`) unless the turn prefers one; the precise question with them is clear
+    (`clear_specific_docs`). It follows the seed's own cut dialog, or another conversation's (a topic switch),
+    so that the row's position in a dialog says nothing about its label."""
+    ctx, entity, siblings = em.ctx, lq.entity, lq.siblings
     own_docs = [d for d in seed.documents if d.title == entity.title] if entity.title else []
     mine = (own_docs or ctx.docs_by_title.get(entity.title, []))[:2] if entity.title else []
     if not siblings or not mine:
         return
-    # post-retrieval: one entity's documents resolve the loose question; several make it ambiguous.
-    # It follows the seed's own cut dialog, or another conversation's (a topic switch), so that the
-    # row's position in a dialog says nothing about its label
-    placed = unpinned
+    placed = lq.unpinned
     if ctx.rng.random() < ctx.cfg.switch_prob:
-        host = _pick_host(seed, hidden, Anchor("noun", entity.head), hosts, ctx, avoid=family)
-        placed = host.messages[:-1] if host is not None else unpinned
+        host = _pick_host(seed, lq.hidden, Anchor("noun", entity.head), hosts, ctx, avoid=[entity, *siblings])
+        placed = host.messages[:-1] if host is not None else lq.unpinned
     if _want(ctx, "hn_documents_resolve"):
         em.emit(
             "hn_documents_resolve",
             "post_retrieval",
             placed,
-            loose,
+            lq.loose,
             documents=_docs(mine, ctx),
-            resolution=question,
-            senses=senses,
-            template=gen,
+            resolution=lq.question,
+            senses=lq.senses,
+            template=lq.gen,
         )
     for i in range(max(_want(ctx, "adoc_entity_collision"), _want(ctx, "clear_specific_docs"))):
         docs, covered = _mixed_docs(ctx, entity, siblings, seed)
@@ -146,7 +174,7 @@ def _generalized_entity_rows(
             ctx.skipped["adoc:sibling_without_documents"] += 1
             continue
         # the senses shown: the turn may prefer one of them even where the whole family left it open
-        shown = judge_senses(ctx, loose, covered) if ambiguous and verdict is not None else verdict
+        shown = judge_senses(ctx, lq.loose, covered) if lq.ambiguous and lq.verdict is not None else lq.verdict
         if i < _want(ctx, "adoc_entity_collision") and shown is not None and shown.label == "ask":
             ctx.rng.shuffle(covered)
             labels = [e.label for e in covered]
@@ -155,21 +183,21 @@ def _generalized_entity_rows(
                 "adoc_entity_collision",
                 "post_retrieval",
                 placed,
-                loose,
+                lq.loose,
                 documents=docs,
                 clarification=clar,
                 interpretations=labels,
-                senses=senses,
-                template=f"{gen}.{tmpl}",
+                senses=lq.senses,
+                template=f"{lq.gen}.{tmpl}",
             )
         if i < _want(ctx, "clear_specific_docs"):
             em.emit(
                 "clear_specific_docs",
                 "post_retrieval",
                 placed,
-                question,
+                lq.question,
                 documents=docs,
-                senses=senses,
+                senses=lq.senses,
                 template=f"specific.{entity.kind}",
             )
 
