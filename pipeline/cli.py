@@ -230,6 +230,10 @@ def train(
     validation: Annotated[
         Path | None, typer.Option(help="validation split: calibrates the decision threshold (train.calibrate)")
     ] = None,
+    calibrate_turns: Annotated[
+        Path | None,
+        typer.Option(help="unlabelled real dialogs (a file or folder ingest reads): train.calibrate_target real_turns"),
+    ] = None,
     max_steps: Annotated[int | None, typer.Option(help="override train.max_steps (quick runs)")] = None,
     progress: ProgressOpt = True,
     params: ParamsOpt = Path("params.yaml"),
@@ -251,6 +255,7 @@ def train(
             variant=variant,
             progress=progress,
             validation_path=validation,
+            calibrate_turns=calibrate_turns,
         )
     typer.echo(
         f"{variant}: {m['steps']} steps, loss {m['first_loss']} -> {m['final_loss']}, "

@@ -328,6 +328,22 @@ def test_few_steps_lower_the_loss_resume_and_reload(base_model_dir: Path, tmp_pa
     assert cal["validation_accuracy"] >= cal["validation_accuracy_at_0.5"]
     assert json.loads((out / "clariedge_adapter.json").read_text())["decision_threshold"] == cal["threshold"]
 
+    # calibrated on real, unlabelled turns instead: the threshold asks on the given share of them
+    from clariedge import ingest
+
+    turns_dir = Path(__file__).resolve().parents[1] / "data" / "sample"
+    real = calibrate(
+        out, base_model_dir, tmp_path / "val.parquet", None, seed=0, precision="fp32", metric="accuracy",
+        turns=turns_dir, ask_share=0.25,
+    )  # fmt: skip
+    assert real["validation_threshold"] == cal["threshold"] and real["real_turns"]["turns"] > 20
+    assert real["threshold"] == real["real_turns"]["threshold"]
+    seeds, _, _ = ingest.transform([turns_dir])
+    items = [(s.messages, s.documents or None) for s in seeds if any(m.role == "assistant" for m in s.messages[:-1])]
+    asks = [p < real["threshold"] for p in Clarifier(out).p_clear(items)]
+    assert abs(sum(asks) / len(asks) - 0.25) <= 0.05, sum(asks) / len(asks)
+    cal = calibrate(out, base_model_dir, tmp_path / "val.parquet", None, seed=0, precision="fp32", metric="accuracy")
+
     clar = Clarifier(out, max_new_tokens=24)
     assert clar.threshold == cal["threshold"]
     decisions = clar.decide([(e.messages, None) for e in TOY])

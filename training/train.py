@@ -111,6 +111,10 @@ class TrainConfig(StageConfig):
     calibrate_metric: Literal["accuracy", "balanced_accuracy"] = Field(
         description="what the threshold maximises on the validation split"
     )
+    calibrate_target: Literal["validation", "real_turns"] = Field(
+        description="validation: the threshold best on the validation split; real_turns: the one that asks on "
+        "unlabelled real turns (--calibrate-turns) as often as the train split needs a question"
+    )
     drop_categories: list[str]
     save_every: int = Field(ge=1, description="checkpoint every N optimizer steps")
     checkpoint_dir: str
@@ -410,9 +414,11 @@ def calibrate(
     seed: int,
     precision: str,
     metric: str,
+    turns: str | Path | None = None,
+    ask_share: float = 0.0,
 ) -> dict[str, Any]:
-    """Choose the decision threshold on P(CLEAR) that maximises `metric` on the validation split; record it in
-    the adapter."""
+    """Choose the decision threshold on P(CLEAR) that maximises `metric` on the validation split or, with `turns`,
+    the one that asks on `ask_share` of those real turns (`prior_threshold`); record it in the adapter."""
     from clariedge.training.infer import Clarifier
     from clariedge.training.metrics import best_threshold
 
@@ -422,6 +428,14 @@ def calibrate(
     probs = clar.p_clear([(r.messages, r.documents or None) for r in rows])
     gold = [r.needs_clarification for r in rows]
     threshold, acc = best_threshold(probs, gold, metric)
+    real = prior_threshold(clar, turns, ask_share) if turns is not None else None
+    validation_threshold = threshold
+    if real is not None:
+        threshold = real["threshold"]
+        from sklearn.metrics import accuracy_score, balanced_accuracy_score
+
+        score = balanced_accuracy_score if metric == "balanced_accuracy" else accuracy_score
+        acc = round(float(score(gold, [p < threshold for p in probs])), 4)
     meta_path = Path(adapter_dir) / "clariedge_adapter.json"
     meta = json.loads(meta_path.read_text(encoding="utf-8"))
     meta["decision_threshold"] = threshold
@@ -429,6 +443,8 @@ def calibrate(
     out = {
         "rows": len(rows),
         "threshold": threshold,
+        "validation_threshold": validation_threshold,
+        "real_turns": real,
         "metric": metric,
         f"validation_{metric}": acc,
         "validation_accuracy_at_0.5": round(
@@ -438,6 +454,24 @@ def calibrate(
     }
     log.info("calibrated threshold %.4f on %d validation rows (accuracy %.4f)", threshold, len(rows), acc)
     return out
+
+
+def prior_threshold(clar: Any, turns_path: str | Path, ask_share: float) -> dict[str, Any]:
+    """The P(CLEAR) threshold at which the adapter asks on `ask_share` of the real turns under `turns_path`
+    (every turn an assistant message precedes; no labels read): the share of questions our data teaches, carried
+    to the conversations the model will meet. A threshold chosen on the validation split (our own construction)
+    asks on few real turns: the model is less sure of real dialogs than of ours."""
+    import numpy as np
+
+    from clariedge import ingest
+
+    seeds, _, _ = ingest.transform([Path(turns_path)])
+    items = [(s.messages, s.documents or None) for s in seeds if any(m.role == "assistant" for m in s.messages[:-1])]
+    if not items:
+        raise ValueError(f"{turns_path}: no turn with an assistant message before it to calibrate on")
+    p_clear = clar.p_clear(items)
+    threshold = float(np.quantile(p_clear, ask_share))  # ask when P(CLEAR) < threshold
+    return {"turns": len(items), "ask_share": round(ask_share, 4), "threshold": round(threshold, 6)}
 
 
 def run(
@@ -451,9 +485,12 @@ def run(
     variant: str = "default",
     progress: bool = True,
     validation_path: str | Path | None = None,
+    calibrate_turns: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Read the split, select the variant's rows, train, calibrate on the validation split, write the metrics."""
+    """Read the split, select the variant's rows, train, calibrate the decision threshold, write the metrics."""
     vcfg = cfg.for_variant(variant)
+    if vcfg.calibrate and vcfg.calibrate_target == "real_turns" and calibrate_turns is None:
+        raise ValueError("train.calibrate_target real_turns needs --calibrate-turns (unlabelled real dialogs)")
     rows, sel = select_rows(load_examples(train_path), vcfg, random.Random(seed))
     metrics = train(rows, base_dir, out_dir, vcfg, seed=seed, variant=variant, progress=progress)
     metrics["selection"] = sel
@@ -466,6 +503,8 @@ def run(
             seed=seed,
             precision=vcfg.precision,
             metric=vcfg.calibrate_metric,
+            turns=calibrate_turns if vcfg.calibrate_target == "real_turns" else None,
+            ask_share=sum(r.needs_clarification for r in rows) / max(1, len(rows)),
         )
     if metrics_path:
         write_json(metrics_path, metrics)

@@ -64,6 +64,13 @@ def _mentioned(senses: Sequence[str], text: str, loose: bool = False) -> list[st
     return out
 
 
+def _introduced(turn: str, phrase: str) -> bool:
+    """Whether a statement before the question holds `phrase` ("The lease is for 12 months. Can they put the
+    rent up?"): the user introduces the thing as their own, and asking "which lease?" misses the point."""
+    sentences = re.split(r"(?<=[.!])\s+", turn.strip())
+    return len(sentences) > 1 and phrase.lower() in sentences[0].lower()
+
+
 def verify(
     checker: RowChecker,
     claim: Literal["ask", "answer"],
@@ -121,6 +128,8 @@ def verify(
     definite = open_definite(turn, dialog, passages, heads, checker.names)
     if anchor is None and definite is None:
         return SenseVerdict("unclear", None, "nothing in the turn points outside it")
+    if definite and _introduced(turn, definite):
+        return SenseVerdict("unclear", None, f"the user describes {definite!r} first: it is theirs")
     # the turn's other words (not the open reference's own) must not name its topic
     rest = re.sub(rf"\b{re.escape(definite)}\b", " ", turn, flags=re.I) if definite else turn
     named = names_own_topic(rest, checker.names, checker.generic, checker.rare)

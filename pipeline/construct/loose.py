@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from clariedge.construct.core import _Ctx, _cut_dialog, _docs, _Emitter, _pick_host, _unrelated_docs, _want
 from clariedge.construct.entities import Entity, class_noun, generalize, text_entities, to_class
 from clariedge.construct.senses import QUESTION_WORDS, SenseVerdict, broken_name, still_named
-from clariedge.construct.text import _DETERMINERS, Anchor, find_anchor, mentions_any, terms, words
+from clariedge.construct.text import _DETERMINERS, Anchor, find_anchor, mentions_any, stem, terms, words
 from clariedge.construct.wording import clarify_dialog, clarify_documents, display_head, plain_label
 from clariedge.schema import Document, Message, SeedTurn
 
@@ -45,6 +45,14 @@ def _generalized_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> No
         _generalized_entity_rows(em, seed, hosts, entity, question)
 
 
+def _as_typed(head: str, turn: str) -> str:
+    """`head` with its last word in the number the turn uses ("those lakes" -> "lakes", not "lake"), so that the
+    clarification asks about what the user wrote."""
+    *rest, last = head.split()
+    typed = next((w for w in words(turn) if stem(w) == stem(last) and w != last.lower() and w.endswith("s")), None)
+    return " ".join([*rest, typed]) if typed else head
+
+
 def _generalized_entity_rows(
     em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn], entity: Entity, question: str
 ) -> None:
@@ -64,7 +72,7 @@ def _generalized_entity_rows(
     family = [entity, *siblings]
     senses = [e.title for e in family if e.title] if siblings else []  # what the row's meaning check reads
     history = seed.messages[:-1]
-    noun_anchor = Anchor("noun", display_head(entity, ctx.docs_by_title))
+    noun_anchor = Anchor("noun", _as_typed(display_head(entity, ctx.docs_by_title), loose))
     gen = f"gen.{entity.kind}.{det}"
     # what the loose question's own words say about the senses of its name (None: no competing senses)
     verdict = judge_senses(ctx, loose, family) if siblings else None

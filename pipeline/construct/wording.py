@@ -17,16 +17,11 @@ CLARIFY: dict[str, list[str]] = {
         "Could you tell me which {noun} you have in mind?",
         "I'm not sure which {noun} you're referring to. Can you name it?",
         "Can you specify the {noun} you mean?",
-        "Sorry, which {noun} is this about?",
-        "Which particular {noun} should I look at?",
         "Do you have a specific {noun} in mind? Which one?",
         "Before I answer: which {noun} do you mean?",
         "Which {noun} are you talking about here?",
         "Just to be sure, which {noun} is your question about?",
         "I don't see a {noun} mentioned yet. Can you say which one you mean?",
-        'You asked "{context}". Which {noun} do you mean there?',
-        'In "{context}", which {noun} do you mean?',
-        'When you say "{context}", which {noun} are you thinking of?',
     ],
     "thing": [
         'What does "{anchor}" refer to here?',
@@ -150,7 +145,9 @@ def _listing(labels: Sequence[str]) -> dict[str, str]:
     }
 
 
-_SINGULAR_ONLY = re.compile(r"\ba (?:specific )?\{noun\}|name it|Which one|see one", re.I)
+_SINGULAR_ONLY = re.compile(
+    r"\ba (?:specific )?\{noun\}|name it|Which one|see one|\{noun\} is (?:this|your question)", re.I
+)
 
 
 def _plural(noun: str) -> bool:
