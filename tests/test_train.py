@@ -320,7 +320,7 @@ def test_few_steps_lower_the_loss_resume_and_reload(base_model_dir: Path, tmp_pa
     assert meta["max_length"] == 200 and (out / "adapter_config.json").exists()
 
     from clariedge.io import write_records
-    from clariedge.training.train import calibrate
+    from clariedge.training.calibrate import calibrate
 
     write_records(tmp_path / "val.parquet", TOY)
     cal = calibrate(out, base_model_dir, tmp_path / "val.parquet", None, seed=0, precision="fp32", metric="accuracy")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from clariedge.construct.core import _Ctx, _cut_dialog, _docs, _Emitter, _pick_host, _want, is_donor
-from clariedge.construct.reading import needs_its_dialog
+from clariedge.construct.reading import names_own_topic, needs_its_dialog
 from clariedge.construct.text import find_anchor, referent_terms
 from clariedge.schema import SeedTurn
 
@@ -27,6 +27,11 @@ def _alone(ctx: _Ctx, method: str, turn: str) -> bool:
     return False
 
 
+def _names_topic(ctx: _Ctx, turn: str) -> bool:
+    assert ctx.checker is not None
+    return names_own_topic(turn, ctx.checker.names, ctx.checker.generic, ctx.checker.rare) is not None
+
+
 def _clear_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
     ctx = em.ctx
     history = seed.messages[:-1]
@@ -45,6 +50,11 @@ def _clear_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
     foreign = bool(history) and is_donor(seed)
     # standalone by a human rewrite equal to the turn, or a first turn, or a turn with nothing pointing outside it
     judged = seed.rewrite is not None or seed.turn == 1 or find_anchor(seed.last_turn, None) is None
+    if foreign and not _names_topic(ctx, seed.rewrite or seed.last_turn):
+        # after another conversation a reader attaches a turn that names no topic to that conversation ("what is
+        # the limit on attachment file size?" after an egg-donation chat)
+        ctx.skipped["clear:foreign_unnamed_topic"] += 1
+        return
     if _want(ctx, "clear_as_is") and seed.is_standalone:
         if not judged:
             ctx.skipped["clear_as_is:unjudged_reference"] += 1

@@ -65,7 +65,9 @@ class ConstructConfig(StageConfig):
     max_documents: int = Field(ge=1, description="documents per post-retrieval row")
     max_interpretations: int = Field(ge=2, description="entities per ambiguous_documents row (2..this)")
     stitch_tries: int = Field(ge=1, description="host dialogs tried when stitching a turn elsewhere")
-    stitch_other_domain: bool = Field(description="stitch pronoun turns only onto another domain's dialog")
+    stitch_other_domain: bool = Field(
+        description="place a turn only after another domain's dialog (a same-domain one can supply a referent)"
+    )
     stitch_pronoun_share: float = Field(
         ge=0.0,
         le=1.0,

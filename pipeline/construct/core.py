@@ -237,7 +237,7 @@ def _pick_host(
     avoid_terms = set(avoid_terms)
     if anchor is not None and anchor.kind == "noun":
         avoid_terms |= terms(anchor.text)
-    other_domain = ctx.cfg.stitch_other_domain and (anchor is None or anchor.kind != "noun")
+    other_domain = ctx.cfg.stitch_other_domain
     with_docs = ctx.doc_hosts
     for k in range(ctx.cfg.stitch_tries):
         # half the tries go to dialogs with passages, so that stitched rows also exist post-retrieval

@@ -17,7 +17,6 @@ CLARIFY: dict[str, list[str]] = {
         "Could you tell me which {noun} you have in mind?",
         "I'm not sure which {noun} you're referring to. Can you name it?",
         "Can you specify the {noun} you mean?",
-        "Do you have a specific {noun} in mind? Which one?",
         "Before I answer: which {noun} do you mean?",
         "Which {noun} are you talking about here?",
         "Just to be sure, which {noun} is your question about?",
