@@ -489,7 +489,7 @@ def test_names_are_words_the_corpus_capitalises() -> None:
 def test_length_alone_does_not_tell_the_label(sample_seeds: list[SeedTurn], mtrag_seeds) -> None:
     """Rewrites are long complete questions full of "the ...": without matching, "short -> ask" is the easiest rule
     in the data, the reverse of real users. Matching thins clear rows toward the ask rows' surface (length bin,
-    a definite noun phrase), while every ask row and every hard negative (the short follow-ups real users write
+    "the ...", "this/that"), while every ask row and every hard negative (the short follow-ups real users write
     most) is kept."""
     from collections import Counter
 
@@ -510,7 +510,9 @@ def test_length_alone_does_not_tell_the_label(sample_seeds: list[SeedTurn], mtra
         return sum(r.category == category for r in rows)
 
     assert distance(raw) > 0.3  # the construction alone: clear turns look unlike ask turns
-    assert distance(matched) < 0.75 * distance(raw)  # measured: 0.40 -> 0.27
+    # measured: 0.47 -> 0.37 with bins of length x "the ..." x "this/that" (0.40 -> 0.27 before the demonstrative
+    # bin; clear turns with a demonstrative are rare since a turn read alone must not point outside itself)
+    assert distance(matched) < 0.85 * distance(raw)
     assert count(matched, "clear") < count(raw, "clear")
     for category in ("ambiguous_dialog", "ambiguous_documents", "hard_negative"):
         assert count(matched, category) == count(raw, category)
