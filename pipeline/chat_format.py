@@ -13,6 +13,7 @@ Changing `SYSTEM_PROMPT` or `render_documents` changes every trained model's inp
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -87,20 +88,45 @@ def target_json(example: Any) -> str:
     return json.dumps({"clarification": question if needs else CLEAR}, ensure_ascii=False)
 
 
-def parse_output(text: str) -> str | None:
-    """The `clarification` value from a model's reply (`CLEAR` or a question), or None if unparseable.
+_VALUE = re.compile(r'"clarification"\s*:\s*"((?:[^"\\]|\\.)*)', re.DOTALL)
 
-    Tolerates text around the JSON object (small models add it); never uses `eval`.
+
+def parse_answer(text: str | None) -> str | None:
+    """`CLEAR`, a question, or None: robust to text around the JSON, a missing closing brace, a bare CLEAR.
+
+    Accepts: a JSON object with a string `clarification` anywhere in the text (the first one that
+    parses); a truncated object (`{"clarification": "Do you mean ...` cut by the token limit); a
+    bare `CLEAR`; a bare question (one line ending in `?`). Everything else is None.
     """
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or end <= start:
+    if not text or not text.strip():
         return None
-    try:
-        obj = json.loads(text[start : end + 1])
-    except json.JSONDecodeError:
-        return None
-    value = obj.get("clarification") if isinstance(obj, dict) else None
-    if not isinstance(value, str) or not value.strip():
-        return None
-    value = value.strip()
-    return CLEAR if value.upper() == CLEAR else value
+    text = text.strip()
+    # 1. the first complete JSON object with a clarification
+    dec = json.JSONDecoder()
+    for i, ch in enumerate(text):
+        if ch != "{":
+            continue
+        try:
+            obj, _ = dec.raw_decode(text[i:])
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("clarification"), str) and obj["clarification"].strip():
+            value = obj["clarification"].strip()
+            return CLEAR if value.upper() == CLEAR else value
+    # 2. a truncated object: take the string value as far as it goes
+    m = _VALUE.search(text)
+    if m:
+        try:
+            value = json.loads('"' + m.group(1) + '"')
+        except json.JSONDecodeError:
+            value = m.group(1)
+        value = value.strip()
+        if value.upper().startswith(CLEAR):
+            return CLEAR
+        return value if len(value) >= 3 and any(c.isalpha() for c in value) else None
+    # 3. bare answers
+    if text.strip("\"'` .").upper() == CLEAR:
+        return CLEAR
+    if "\n" not in text and text.endswith("?") and len(text) > 5 and "{" not in text:
+        return text
+    return None

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from clariedge.chat_format import CLEAR, SYSTEM_PROMPT, build_messages, parse_output, target_json
+from clariedge.chat_format import CLEAR, SYSTEM_PROMPT, build_messages, parse_answer, target_json
 from clariedge.schema import Document, Example, Message, Provenance
 
 
@@ -52,7 +52,7 @@ def test_target_json_and_parse_round_trip():
     amb, clear = _example(True), _example(False)
     assert json.loads(target_json(clear)) == {"clarification": CLEAR}
     assert json.loads(target_json(amb)) == amb.target
-    assert parse_output(target_json(amb)) == amb.clarification
-    assert parse_output('Sure! {"clarification": "clear"} done') == CLEAR
-    assert parse_output("no json here") is None
-    assert parse_output('{"clarification": 3}') is None
+    assert parse_answer(target_json(amb)) == amb.clarification
+    assert parse_answer('Sure! {"clarification": "clear"} done') == CLEAR
+    assert parse_answer("no json here") is None
+    assert parse_answer('{"clarification": 3}') is None

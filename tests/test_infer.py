@@ -10,8 +10,9 @@ import pytest
 from conftest import params_section
 from typer.testing import CliRunner
 
+from clariedge.chat_format import parse_answer
 from clariedge.cli import app
-from clariedge.training.infer import parse_answer, read_inputs
+from clariedge.training.infer import read_inputs
 
 
 @pytest.mark.parametrize(

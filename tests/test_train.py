@@ -290,7 +290,8 @@ def test_frozen_bottom_cache_equals_plain_forward(base_model_dir: Path, tok) -> 
 
 @pytest.mark.slow
 def test_few_steps_lower_the_loss_resume_and_reload(base_model_dir: Path, tmp_path: Path) -> None:
-    from clariedge.training.infer import Clarifier, parse_answer
+    from clariedge.chat_format import parse_answer
+    from clariedge.training.infer import Clarifier
     from clariedge.training.train import train
 
     cfg = train_cfg(

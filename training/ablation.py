@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from clariedge.io import save_figure, write_json, write_text
-from clariedge.training.data import load_examples, stratified_sample
+from clariedge.training.data import adapter_meta, load_examples, stratified_sample
 from clariedge.training.evaluate import EvaluateConfig, score
 
 log = logging.getLogger(__name__)
@@ -66,10 +66,7 @@ def table(variants: Mapping[str, Mapping[str, Any]]) -> str:
 
 
 def _threshold(adapter: Path) -> float:
-    meta = adapter / "clariedge_adapter.json"
-    if meta.exists():
-        return float(json.loads(meta.read_text(encoding="utf-8")).get("decision_threshold", 0.5))
-    return 0.5
+    return float(adapter_meta(adapter).get("decision_threshold", 0.5))
 
 
 def plot(variants: Mapping[str, Mapping[str, Any]], path: str | Path) -> None:

@@ -5,7 +5,6 @@ floor and the MiniLM classifier of `evaluate`; and the timed passes of the enabl
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -42,7 +41,7 @@ def lm_decide(clarifier: Any, rows: Sequence[LabelledRow], *, desc: str, progres
 
 def lm_questions(clarifier: Any, rows: Sequence[LabelledRow], flagged: Sequence[int]) -> dict[int, str | None]:
     """The question the model asks (greedy; `CLEAR` forbidden first) for the rows at `flagged`; None if unparseable."""
-    from clariedge.training.infer import parse_answer
+    from clariedge.chat_format import parse_answer
 
     raws = clarifier.generate([(rows[i].messages, rows[i].documents or None) for i in flagged], question=True)
     return {i: parse_answer(raw) for i, raw in zip(flagged, raws, strict=True)}
@@ -126,8 +125,7 @@ def predict_sets(
 
 def adapter_max_length(adapter_dir: str | Path) -> int | None:
     """The adapter's training `max_length` (the window `evaluate` uses by default), if recorded."""
-    meta = Path(adapter_dir) / "clariedge_adapter.json"
-    if meta.exists():
-        value = json.loads(meta.read_text(encoding="utf-8")).get("max_length")
-        return int(value) if value else None
-    return None
+    from clariedge.training.data import adapter_meta
+
+    value = adapter_meta(adapter_dir).get("max_length")
+    return int(value) if value else None

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from clariedge.io import write_json
-from clariedge.training.data import load_examples, stratified_sample
+from clariedge.training.data import ADAPTER_META, load_examples, stratified_sample
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,8 @@ def calibrate(
 
         score = balanced_accuracy_score if metric == "balanced_accuracy" else accuracy_score
         acc = round(float(score(gold, [p < threshold for p in probs])), 4)
-    meta_path = Path(adapter_dir) / "clariedge_adapter.json"
-    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    meta_path = Path(adapter_dir) / ADAPTER_META
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))  # required: calibration follows training
     meta["decision_threshold"] = threshold
     write_json(meta_path, meta)
     out = {

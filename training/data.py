@@ -21,8 +21,10 @@ question row from a CLEAR row in training, a cue that does not exist at inferenc
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from clariedge.chat_format import CLEAR, SYSTEM_PROMPT, build_messages, target_json
@@ -288,6 +290,15 @@ def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> dict[str, Any]:
         ids[i, width - len(r) :] = torch.tensor(list(r))
         mask[i, width - len(r) :] = 1
     return {"input_ids": ids, "attention_mask": mask}
+
+
+ADAPTER_META = "clariedge_adapter.json"  # what training records beside an adapter (threshold, window, base model)
+
+
+def adapter_meta(adapter_dir: str | Path) -> dict[str, Any]:
+    """An adapter's `clariedge_adapter.json`, or {} for an adapter trained elsewhere."""
+    path = Path(adapter_dir) / ADAPTER_META
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
 
 def load_examples(path: Any) -> list[Any]:

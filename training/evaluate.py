@@ -141,7 +141,7 @@ def lm_predictions(
     unparseable = 0
     t1 = time.perf_counter()
     if generate:
-        from clariedge.training.infer import parse_answer
+        from clariedge.chat_format import parse_answer
 
         flagged = [i for i, n in enumerate(needs) if n][:max_generate]
         texts = clarifier.generate([items[i] for i in flagged], question=True) if flagged else []

@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from clariedge.chat_format import CLEAR, parse_output
+from clariedge.chat_format import CLEAR, parse_answer
 from clariedge.training.data import (
     ANSWER_PREFIX,
+    adapter_meta,
     common_prefix_len,
     encode_prompt,
     forward_tail,
@@ -39,8 +39,6 @@ from clariedge.training.data import (
 log = logging.getLogger(__name__)
 
 Item = tuple[Sequence[Any], Sequence[Any] | None]  # (messages, documents)
-
-_VALUE = re.compile(r'"clarification"\s*:\s*"((?:[^"\\]|\\.)*)', re.DOTALL)
 
 
 Precision = Literal["auto", "fp32", "bf16"]  # auto: bf16 where the hardware has it natively, else fp32
@@ -66,50 +64,6 @@ def use_bf16_for(precision: str, native: bool | None = None) -> bool:
     return precision == "bf16"
 
 
-def parse_answer(text: str | None) -> str | None:
-    """`CLEAR`, a question, or None: robust to text around the JSON, a missing closing brace, a bare CLEAR.
-
-    Accepts: a JSON object with a string `clarification` anywhere in the text (the first one that
-    parses); a truncated object (`{"clarification": "Do you mean ...` cut by the token limit); a
-    bare `CLEAR`; a bare question (one line ending in `?`). Everything else is None.
-    """
-    if not text or not text.strip():
-        return None
-    text = text.strip()
-    # 1. the first complete JSON object with a clarification
-    dec = json.JSONDecoder()
-    for i, ch in enumerate(text):
-        if ch != "{":
-            continue
-        try:
-            obj, _ = dec.raw_decode(text[i:])
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict) and isinstance(obj.get("clarification"), str) and obj["clarification"].strip():
-            value = obj["clarification"].strip()
-            return CLEAR if value.upper() == CLEAR else value
-    whole = parse_output(text)
-    if whole:
-        return whole
-    # 2. a truncated object: take the string value as far as it goes
-    m = _VALUE.search(text)
-    if m:
-        try:
-            value = json.loads('"' + m.group(1) + '"')
-        except json.JSONDecodeError:
-            value = m.group(1)
-        value = value.strip()
-        if value.upper().startswith(CLEAR):
-            return CLEAR
-        return value if len(value) >= 3 and any(c.isalpha() for c in value) else None
-    # 3. bare answers
-    if text.strip("\"'` .").upper() == CLEAR:
-        return CLEAR
-    if "\n" not in text and text.endswith("?") and len(text) > 5 and "{" not in text:
-        return text
-    return None
-
-
 def _get(obj: Any, key: str, default: Any = None) -> Any:
     return obj.get(key, default) if isinstance(obj, dict) else getattr(obj, key, default)
 
@@ -118,10 +72,7 @@ def resolve_base(adapter_dir: Path, base: str | Path | None) -> str:
     """The base model of an adapter: the explicit path, else the one recorded (relative to the adapter)."""
     if base:
         return str(base)
-    meta_path = adapter_dir / "clariedge_adapter.json"
-    recorded = None
-    if meta_path.exists():
-        recorded = json.loads(meta_path.read_text(encoding="utf-8")).get("base_model")
+    recorded = adapter_meta(adapter_dir).get("base_model")
     if recorded is None and (adapter_dir / "adapter_config.json").exists():
         recorded = json.loads((adapter_dir / "adapter_config.json").read_text(encoding="utf-8")).get(
             "base_model_name_or_path"
@@ -165,8 +116,7 @@ class Clarifier:
         if self.adapter_dir is not None:
             if not (self.adapter_dir / "adapter_config.json").exists():
                 raise FileNotFoundError(f"{self.adapter_dir}: not an adapter folder (no adapter_config.json)")
-            meta_path = self.adapter_dir / "clariedge_adapter.json"
-            meta = json.loads(meta_path.read_text(encoding="utf-8")) if meta_path.exists() else {}
+            meta = adapter_meta(self.adapter_dir)
             base_path = resolve_base(self.adapter_dir, base)
         elif base:
             base_path = str(base)

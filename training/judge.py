@@ -6,7 +6,6 @@ Answers are cached in the judge's own LLM cache (never synthesize's); a failure 
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -16,6 +15,7 @@ from pydantic import Field
 from clariedge.chat_format import CLEAR
 from clariedge.config import StageConfig
 from clariedge.llm import OpenAIConfig
+from clariedge.prompts import parse_answer
 from clariedge.schema import Example
 from clariedge.training import metrics as M
 
@@ -29,6 +29,14 @@ class JudgeSettings(StageConfig):
     openai: OpenAIConfig = Field(description="the judge's OpenAI-compatible endpoint")
     max_rows: int = Field(ge=1)
     cache: str = Field(description="the judge's own LLM cache (never synthesize's)")
+
+
+# the judge's answer, validated as the generator's answers are
+_RATING = {
+    "type": "object",
+    "required": ["rating"],
+    "properties": {"rating": {"type": "number", "minimum": 1, "maximum": 5}},
+}
 
 
 def llm_judge(rows: Sequence[Example], questions: dict[int, str | None], cfg: JudgeSettings) -> dict[str, Any]:
@@ -61,9 +69,10 @@ def llm_judge(rows: Sequence[Example], questions: dict[int, str | None], cfg: Ju
             hit = cache.get(key)
             try:
                 text = hit.text if hit else backend.generate(msgs, temperature=0)
-                rating = float(json.loads(text[text.find("{") : text.rfind("}") + 1])["rating"])
-                if not 1 <= rating <= 5:
-                    raise ValueError(f"rating {rating} outside 1-5")
+                value, reason, detail = parse_answer(text, _RATING)
+                if value is None:
+                    raise ValueError(f"{reason}: {detail}")
+                rating = float(value["rating"])
                 if not hit:  # only answers that parse are cached, so a bad one is asked again next run
                     cache.put(key, "openai", cfg.openai.model, "clariedge.eval_judge/1", Completion(text=text))
                 ratings.append(rating)

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from clariedge.chat_format import FORMAT_VERSION
-from clariedge.training.data import Encoded, answer_ce, answer_loss
+from clariedge.training.data import ADAPTER_META, Encoded, answer_ce, answer_loss
 from clariedge.training.frozen import FrozenBottom
 
 log = logging.getLogger(__name__)
@@ -253,7 +253,7 @@ def save_adapter(lm: Any, tok: Any, base_dir: Path, out_dir: Path, meta: dict[st
         shutil.rmtree(tmp)
     lm.save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    (tmp / "clariedge_adapter.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    (tmp / ADAPTER_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     cfg_path = tmp / "adapter_config.json"
     acfg = json.loads(cfg_path.read_text(encoding="utf-8"))
     acfg["base_model_name_or_path"] = meta["base_model"]
