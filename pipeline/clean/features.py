@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +10,7 @@ import numpy as np
 
 from clariedge.clean.config import CAT_INDEX, CleanConfig
 from clariedge.schema import AMBIGUOUS, CATEGORIES, Example
+from clariedge.text import alnum_tokens
 
 _AMB_DOCS = CAT_INDEX["ambiguous_documents"]
 
@@ -23,14 +23,17 @@ def feature_texts(ex: Example, context_messages: int = 2, context_chars: int = 6
     return dialog, ex.last_turn, titles
 
 
-_WORD = re.compile(r"[a-z0-9]{3,}")
 N_SCALARS = 8
+
+
+def _long_tokens(text: str) -> set[str]:
+    return {t for t in alnum_tokens(text) if len(t) >= 3}
 
 
 def _overlap(turn: str, context: str) -> float:
     """Share of the turn's words (3+ letters) that occur in the context: does the context pin it down?"""
-    words = set(_WORD.findall(turn.lower()))
-    return len(words & set(_WORD.findall(context.lower()))) / len(words) if words else 0.0
+    words = _long_tokens(turn)
+    return len(words & _long_tokens(context)) / len(words) if words else 0.0
 
 
 def build_features(

@@ -45,8 +45,9 @@ from clariedge.construct.entities import Entity, entity_of_title, generalize, te
 from clariedge.construct.reading import names_own_topic
 from clariedge.construct.senses import SenseJudge, SenseVerdict, broken_name, still_named
 from clariedge.construct.stats import shallow_separability
-from clariedge.construct.text import Anchor, find_anchor, referent_terms, stem, terms, words
+from clariedge.construct.text import Anchor, find_anchor, referent_terms, stem, terms
 from clariedge.construct.wording import plain_label
+from clariedge.text import words
 
 __all__ = [
     "GENERATOR",

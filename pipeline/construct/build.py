@@ -18,9 +18,9 @@ from clariedge.construct.entities import _build_entities
 from clariedge.construct.loose import _generalized_rows
 from clariedge.construct.senses import EmbedFn
 from clariedge.construct.stats import _stats
-from clariedge.construct.text import words
 from clariedge.io import Rejects
 from clariedge.schema import Example, SeedTurn
+from clariedge.text import words
 
 
 def construct(

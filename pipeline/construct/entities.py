@@ -9,10 +9,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from clariedge.construct.text import _DETERMINERS, _POSSESSIVES, STOP, _wordset, stem, terms, words
+from clariedge.construct.text import _DETERMINERS, _POSSESSIVES, stem, terms
 from clariedge.schema import Document, SeedTurn
+from clariedge.text import STOP, words, wordset
 
-GENERIC_HEADS = _wordset(
+GENERIC_HEADS = wordset(
     "river lake sea ocean mountain island city town county state country province region valley park court courts "
     "order orders plan plans service services account accounts card cards tax taxes credit fund funds bank loan "
     "loans policy program programme act law form war battle party team club league cup season series show film "

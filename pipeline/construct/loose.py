@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from clariedge.construct.core import _Ctx, _cut_dialog, _docs, _Emitter, _pick_host, _unrelated_docs, _want
 from clariedge.construct.entities import Entity, class_noun, generalize, text_entities, to_class
 from clariedge.construct.senses import QUESTION_WORDS, SenseVerdict, broken_name, still_named
-from clariedge.construct.text import _DETERMINERS, Anchor, find_anchor, mentions_any, stem, terms, words
+from clariedge.construct.text import _DETERMINERS, Anchor, find_anchor, mentions_any, stem, terms
 from clariedge.construct.wording import clarify_dialog, clarify_documents, display_head, plain_label
 from clariedge.schema import Document, Message, SeedTurn
+from clariedge.text import words
 
 
 def _seed_entities(seed: SeedTurn, ctx: _Ctx) -> list[tuple[Entity, str]]:

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from clariedge.construct.config import ConstructConfig
-from clariedge.construct.text import words
 from clariedge.schema import CATEGORIES, Example
+from clariedge.text import words
 
 if TYPE_CHECKING:
     from clariedge.construct.core import _Ctx

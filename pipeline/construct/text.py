@@ -1,4 +1,6 @@
-"""Words, content terms and anchors (what in a turn points outside it): the text layer of the construction."""
+"""Content terms and anchors (what in a turn points outside it): the text layer of the construction.
+
+The tokeniser (`words`) and the stop words (`STOP`) come from `clariedge.text`."""
 
 from __future__ import annotations
 
@@ -8,28 +10,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from clariedge.schema import SeedTurn
+from clariedge.text import STOP, cased_words, words
 
-
-def _wordset(text: str) -> frozenset[str]:
-    return frozenset(text.split())
-
-
-_WORD = re.compile(r"[A-Za-z0-9]+(?:['’][A-Za-z]+)?")
-STOP = _wordset(
-    "a about above after again against all also am an and any are aren't as at be because been before being below "
-    "between both but by can can't could couldn't did didn't do does doesn't doing don't down during each few for "
-    "from further get gets got had hadn't has hasn't have haven't having he he'd he'll he's her here here's hers "
-    "herself him himself his how how's i i'd i'll i'm i've if in into is isn't it it's its itself let's me more "
-    "most mustn't my myself no nor not of off on once only or other ought our ours ourselves out over own same "
-    "shan't she she'd she'll she's should shouldn't so some such than that that's the their theirs them "
-    "themselves then there there's these they they'd they'll they're they've this those through to too under "
-    "until up very was wasn't we we'd we'll we're we've were weren't what what's when when's where where's which "
-    "while who who's whom why why's will with won't would wouldn't you you'd you'll you're you've your yours "
-    "yourself yourselves ok okay please tell know like can could would want need give provide explain describe "
-    "mean meant also just really thanks thank yes well much many way ways one ones still even though something "
-    "anything thing things kind sort lot lots get got make made use used using regarding regard related relation "
-    "respect context specific specifically particular case"
-)
 PRONOUNS: dict[str, str] = {
     "it": "thing",
     "its": "thing",
@@ -85,10 +67,6 @@ _NOT_NOUNS = frozenset(
         "taken",
     ]
 )
-
-
-def words(text: str) -> list[str]:
-    return [w.lower().replace("’", "'") for w in _WORD.findall(text)]
 
 
 def stem(word: str) -> str:
@@ -168,7 +146,7 @@ def find_anchor(turn: str, rewrite: str | None) -> Anchor | None:
         return None
     rw = words(rewrite or "")
     added = terms(rewrite or "") - terms(turn)
-    cased = [w.replace("’", "'") for w in _WORD.findall(turn)]  # `toks` as typed (same tokens, case kept)
+    cased = cased_words(turn)  # `toks` as typed (same tokens, case kept)
     # a definite noun the rewrite specifies with a word it adds: "the plan" -> "the Lite plan"
     for i, w in enumerate(toks[:-1]):
         nxt = toks[i + 1]
