@@ -4,6 +4,7 @@ their evidence (no row contradicts its label), determinism, and the text operati
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from conftest import params_section
 from clariedge import ingest
 from clariedge.construct import (
     METHODS,
+    Anchor,
     Entity,
     SenseJudge,
     broken_name,
@@ -28,6 +30,7 @@ from clariedge.construct import (
     terms,
     text_entities,
 )
+from clariedge.construct.wording import clarify_dialog
 from clariedge.io import write_records
 from clariedge.schema import CATEGORIES, Document, Example, Message, SeedTurn, Source
 
@@ -372,6 +375,45 @@ def test_referent_and_anchor_from_rewrite() -> None:
     cut = by_method["ad_cut_before_referent"]
     assert [m.content for m in cut.messages][-1].lower().startswith(("when", "okay", "thanks", "also", "so", "and"))
     assert len(cut.messages) == 1 and "plan" in cut.clarification
+
+
+def test_the_question_targets_the_unresolved_word() -> None:
+    # "they" are the scripts, in the turn itself: the table is what the dialog resolved
+    anchor = find_anchor(
+        "my scripts parse the table output, will they break",
+        "Will my scripts that parse the nimbus CLI's table output break?",
+    )
+    assert anchor is not None and (anchor.kind, anchor.text) == ("noun", "table")
+    anchor = find_anchor("does this plan renew monthly", "Does the Lite plan renew monthly?")
+    assert anchor is not None and (anchor.kind, anchor.text) == ("noun", "plan")
+    # ... but a turn that ends on "it", which the rewrite replaces, asks first what "it" is
+    anchor = find_anchor("when did the americans manage it", "When did the first American go into space?")
+    assert anchor is not None and (anchor.kind, anchor.text) == ("thing", "it")
+    # "the next" is not a noun to ask about
+    anchor = find_anchor("So what is the next after The Office?", "What should I watch next after The Office?")
+    assert anchor is None or anchor.text != "next"
+
+
+def test_clarification_templates_fit_the_noun_and_the_dialog() -> None:
+    said = [Message(role="user", content="My train had a delay."), Message(role="assistant", content="Sorry.")]
+    for seed in range(60):
+        mass, _ = clarify_dialog(Anchor("noun", "lag", "why is the lag so bad"), random.Random(seed))
+        assert not re.search(r"\b(?:which|a) lag\b", mass, re.I), mass  # "which money", "a lag" do not read
+        plural, _ = clarify_dialog(Anchor("noun", "lakes", "how deep are those lakes"), random.Random(seed))
+        assert not re.search(r"\ban? lakes\b|which one", plural, re.I), plural
+        after, _ = clarify_dialog(Anchor("noun", "delay", "how long is the delay"), random.Random(seed), said)
+        assert "mentioned yet" not in after, after  # the dialog mentions a delay, just not which one
+    fresh = {clarify_dialog(Anchor("noun", "delay"), random.Random(s))[0] for s in range(60)}
+    assert any("mentioned yet" in q for q in fresh)  # the template is used where it is true
+
+
+def test_a_donor_rewrite_comparing_with_its_dialog_is_not_clear() -> None:
+    from clariedge.construct.clear import _REFERS_TO_DIALOG
+
+    assert _REFERS_TO_DIALOG.search("Have there been others who have used carbon dioxide for similar purposes?")
+    assert _REFERS_TO_DIALOG.search("what did you mean by the cap?")
+    assert not _REFERS_TO_DIALOG.search("Is American football similar to rugby?")
+    assert not _REFERS_TO_DIALOG.search("How long can a reticulated python get?")
 
 
 def test_shallow_separability_detects_a_telltale_word(sample_rows: list[Example]) -> None:

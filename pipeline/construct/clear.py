@@ -13,7 +13,9 @@ from clariedge.schema import SeedTurn
 # its own conversation
 _REFERS_TO_DIALOG = re.compile(
     r"\byou\s+(?:mean|meant|said|say|mentioned|described|listed|suggested|wrote)\b|\bmentioned\b"
-    r"|\bin (?:this|that) (?:context|case)\b|\b(?:the )?(?:above|previous(?:ly)?|aforementioned)\b",
+    r"|\bin (?:this|that) (?:context|case)\b|\b(?:the )?(?:above|previous(?:ly)?|aforementioned)\b"
+    # "have there been others ... for similar purposes?": a comparison with something the dialog said
+    r"|\bothers\b|\bsimilar (?:purposes?|reasons?|ones?|things?|cases?|ways?)\b|\bthe other ones?\b|\bthe rest\b",
     re.I,
 )
 

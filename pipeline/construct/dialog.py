@@ -68,7 +68,7 @@ def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
     if _want(ctx, "ad_cut_before_referent") and not donor:
         cut = _cut_dialog(history, ref)
         docs = _referent_free_docs(seed, ref, len(cut), ctx)
-        clar, tmpl = clarify_dialog(anchor, ctx.rng)
+        clar, tmpl = clarify_dialog(anchor, ctx.rng, cut)
         em.both(
             "ad_cut_before_referent", cut, seed.last_turn, docs, clarification=clar, template=tmpl, reference=reference
         )
@@ -82,7 +82,7 @@ def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
         if host is None:
             ctx.skipped["ad_stitched:no_host"] += 1
             break
-        clar, tmpl = clarify_dialog(anchor, ctx.rng)
+        clar, tmpl = clarify_dialog(anchor, ctx.rng, host.messages[:-1])
         docs = host.documents if not any(mentions_any(d.title + " " + d.text, ref) for d in host.documents) else []
         em.both(
             "ad_stitched",

@@ -13,7 +13,8 @@ import re
 from collections.abc import Iterable
 
 from clariedge.construct.senses import QUESTION_WORDS
-from clariedge.construct.text import STOP, stem, terms, words
+from clariedge.construct.text import stem, terms
+from clariedge.text import STOP, words
 
 _COMPOUND = re.compile(r"[A-Za-z0-9]+(?:-[A-Za-z0-9]+)+|[A-Za-z]*\d[A-Za-z0-9]*[A-Za-z][A-Za-z0-9]*")
 _AMOUNT = re.compile(r"\d+(?:k|m|bn|s|st|nd|rd|th)", re.I)  # "170k", "1990s", "20th": amounts, not names

@@ -65,6 +65,15 @@ _NOT_NOUNS = frozenset(
         "made",
         "given",
         "taken",
+        # adjectives and quantifiers a definite article takes: "what is the next after The Office"
+        "next",
+        "last",
+        "first",
+        "same",
+        "other",
+        "rest",
+        "best",
+        "latest",
     ]
 )
 
@@ -145,6 +154,10 @@ def find_anchor(turn: str, rewrite: str | None) -> Anchor | None:
     if not toks:
         return None
     rw = words(rewrite or "")
+    if toks[-1] in ("it", "them") and rw and toks[-1] not in rw:
+        # the turn ends on an object pronoun the rewrite replaces ("when did the americans manage it?" -> "... go
+        # into space?"): what "it" is matters more than a noun the rewrite also specifies
+        return Anchor("thing" if toks[-1] == "it" else "group", toks[-1], _context(turn))
     added = terms(rewrite or "") - terms(turn)
     cased = cased_words(turn)  # `toks` as typed (same tokens, case kept)
     # a definite noun the rewrite specifies with a word it adds: "the plan" -> "the Lite plan"

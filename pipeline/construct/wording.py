@@ -7,8 +7,8 @@ import re
 from collections.abc import Mapping, Sequence
 
 from clariedge.construct.entities import Entity
-from clariedge.construct.text import Anchor, stem
-from clariedge.schema import Document
+from clariedge.construct.text import Anchor, stem, terms
+from clariedge.schema import Document, Message
 
 CLARIFY: dict[str, list[str]] = {
     "noun": [
@@ -16,11 +16,12 @@ CLARIFY: dict[str, list[str]] = {
         "Which {noun} are you asking about?",
         "Could you tell me which {noun} you have in mind?",
         "I'm not sure which {noun} you're referring to. Can you name it?",
-        "Can you specify the {noun} you mean?",
         "Before I answer: which {noun} do you mean?",
         "Which {noun} are you talking about here?",
         "Just to be sure, which {noun} is your question about?",
         "I don't see a {noun} mentioned yet. Can you say which one you mean?",
+        'What do you mean by "the {noun}"?',
+        "Could you be more specific about the {noun}?",
     ],
     "thing": [
         'What does "{anchor}" refer to here?',
@@ -147,23 +148,60 @@ def _listing(labels: Sequence[str]) -> dict[str, str]:
 _SINGULAR_ONLY = re.compile(
     r"\ba (?:specific )?\{noun\}|name it|Which one|see one|\{noun\} is (?:this|your question)", re.I
 )
+# templates that count the noun ("which lag", "a money"): not for a noun that names a mass
+_COUNTS = re.compile(r"\b(?:which|a) (?:specific )?\{noun\}|which one", re.I)
+# nouns that name a mass or an activity, not one of several things: "the lag", "the money"
+MASS_NOUNS = frozenset(
+    [
+        "advice",
+        "baggage",
+        "cash",
+        "damage",
+        "equipment",
+        "evidence",
+        "feedback",
+        "furniture",
+        "homework",
+        "information",
+        "lag",
+        "luggage",
+        "maintenance",
+        "money",
+        "pay",
+        "research",
+        "software",
+        "storage",
+        "traffic",
+        "weather",
+    ]
+)
+_MENTIONED_YET = re.compile(r"mentioned yet", re.I)
 
 
 def _plural(noun: str) -> bool:
     return noun.lower().endswith("s") and stem(noun) != noun.lower()
 
 
-def clarify_dialog(anchor: Anchor, rng: random.Random) -> tuple[str, str]:
+def _fits(template: str, anchor: Anchor, dialog: Sequence[Message]) -> bool:
+    """Whether a template's slots fit the anchor: its number, a mass noun, a quote that would read truncated, a
+    turn short enough to quote whole, and a claim that the dialog does not mention the noun."""
+    if anchor.kind == "noun":
+        noun = anchor.text.lower()
+        if _plural(noun) and _SINGULAR_ONLY.search(template):
+            return False
+        if noun in MASS_NOUNS and _COUNTS.search(template):
+            return False
+        if _MENTIONED_YET.search(template) and stem(noun) in set().union(*(terms(m.content) for m in dialog)):
+            return False
+    if anchor.text.endswith("...") and "{fragment}" in template:
+        return False  # a fragment of a longer turn is never quoted (it reads as a truncated quote)
+    return bool(anchor.context) or "{context}" not in template  # the whole turn is quoted, or nothing
+
+
+def clarify_dialog(anchor: Anchor, rng: random.Random, dialog: Sequence[Message] = ()) -> tuple[str, str]:
+    """A clarification asking for what `anchor` leaves open, in a template that fits it after `dialog`."""
     bank = CLARIFY[anchor.kind]
-    plural = anchor.kind == "noun" and _plural(anchor.text)
-    cut = anchor.text.endswith("...")  # a fragment of a longer turn: never quoted (it reads as a truncated quote)
-    allowed = [
-        i
-        for i, t in enumerate(bank)
-        if not (plural and _SINGULAR_ONLY.search(t))
-        and not (cut and "{fragment}" in t)
-        and not (not anchor.context and "{context}" in t)  # the whole turn is quoted, or nothing
-    ]
+    allowed = [i for i, t in enumerate(bank) if _fits(t, anchor, dialog)]
     i = allowed[rng.randrange(len(allowed))]
     text = bank[i].format(noun=anchor.text, anchor=anchor.text, fragment=anchor.text, context=anchor.context)
     text = re.sub(r"\b([Aa]) (?=[aeiouAEIOU])", r"\1n ", text)  # "a adjudicator" -> "an adjudicator"
