@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Literal
+import types
+from typing import Any, Literal, Union, get_args, get_origin
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -188,72 +189,31 @@ class Example(_Record):
 
 
 # ---------------------------------------------------------------------------------------------
-# Arrow schemas: how the records are stored in parquet (explicit, so empty lists keep their type)
+# Arrow schemas: how the records are stored in parquet, derived from the models (explicit, so empty lists
+# keep their type)
 # ---------------------------------------------------------------------------------------------
-_MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string())])
-_DOCUMENT = pa.struct([("doc_id", pa.string()), ("title", pa.string()), ("text", pa.string())])
+_SCALARS = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
 
-SEED_TURN_SCHEMA = pa.schema(
-    [
-        ("conversation_id", pa.string()),
-        ("turn", pa.int64()),
-        ("domain", pa.string()),
-        ("messages", pa.list_(_MESSAGE)),
-        ("last_turn", pa.string()),
-        ("rewrite", pa.string()),
-        ("documents", pa.list_(_DOCUMENT)),
-        (
-            "source",
-            pa.struct([("format", pa.string()), ("path", pa.string()), ("line", pa.int64()), ("task_id", pa.string())]),
-        ),
-    ]
-)
 
-EXAMPLE_SCHEMA = pa.schema(
-    [
-        ("id", pa.string()),
-        ("conversation_id", pa.string()),
-        ("domain", pa.string()),
-        ("setting", pa.string()),
-        ("category", pa.string()),
-        ("messages", pa.list_(_MESSAGE)),
-        ("documents", pa.list_(_DOCUMENT)),
-        ("needs_clarification", pa.bool_()),
-        ("clarification", pa.string()),
-        ("interpretations", pa.list_(pa.string())),
-        ("resolution", pa.string()),
-        (
-            "provenance",
-            pa.struct(
-                [
-                    ("generator", pa.string()),
-                    ("model", pa.string()),
-                    ("method", pa.string()),
-                    ("prompt_id", pa.string()),
-                    ("prompt_version", pa.string()),
-                    ("prompt_hash", pa.string()),
-                    ("seed_id", pa.string()),
-                    ("template", pa.string()),
-                    ("score", pa.float64()),
-                ]
-            ),
-        ),
-        ("review_status", pa.string()),
-        (
-            "annotations",
-            pa.list_(
-                pa.struct(
-                    [
-                        ("annotator", pa.string()),
-                        ("status", pa.string()),
-                        ("needs_clarification", pa.bool_()),
-                        ("clarification", pa.string()),
-                        ("category", pa.string()),
-                        ("rating", pa.int64()),
-                    ]
-                )
-            ),
-        ),
-        ("label_quality", pa.float64()),
-    ]
-)
+def arrow_type(annotation: Any) -> pa.DataType:
+    """The Arrow type of a model field: optional -> nullable (Arrow's default), Literal -> string, list -> list,
+    a record -> struct."""
+    origin = get_origin(annotation)
+    if origin in (types.UnionType, Union):
+        (inner,) = [a for a in get_args(annotation) if a is not type(None)]
+        return arrow_type(inner)
+    if origin is Literal:
+        return pa.string()
+    if origin is list:
+        return pa.list_(arrow_type(get_args(annotation)[0]))
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return pa.struct([(name, arrow_type(f.annotation)) for name, f in annotation.model_fields.items()])
+    return _SCALARS[annotation]
+
+
+def arrow_schema(model: type[BaseModel]) -> pa.Schema:
+    return pa.schema([(name, arrow_type(f.annotation)) for name, f in model.model_fields.items()])
+
+
+SEED_TURN_SCHEMA = arrow_schema(SeedTurn)
+EXAMPLE_SCHEMA = arrow_schema(Example)
