@@ -88,10 +88,14 @@ def read_table(path: str | Path) -> list[dict[str, Any]]:
     return pq.read_table(path).to_pylist()
 
 
-def read_records(path: str | Path, model: type[M]) -> list[M]:
-    """Read and validate a parquet file of `model` rows; a bad row raises with its index and field."""
+def read_records(path: str | Path, model: type[M], ignore_unknown: bool = False) -> list[M]:
+    """Read and validate a parquet file of `model` rows; a bad row raises with its index and field.
+
+    `ignore_unknown`: drop columns the model does not know (a published split's `target`), else they are errors."""
     out: list[M] = []
     for i, row in enumerate(read_table(path)):
+        if ignore_unknown:
+            row = {k: v for k, v in row.items() if k in model.model_fields}
         try:
             out.append(model.model_validate(_drop_nulls_for_defaults(row, model)))
         except ValidationError as err:

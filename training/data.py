@@ -302,26 +302,11 @@ def adapter_meta(adapter_dir: str | Path) -> dict[str, Any]:
 
 
 def load_examples(path: Any) -> list[Any]:
-    """Example rows from a split parquet file; columns the schema does not know (e.g. a split name) are ignored."""
-    from pathlib import Path
-
-    from pydantic import ValidationError
-
-    from clariedge.io import describe_validation_error, read_table
+    """Example rows from a split parquet file; columns the schema does not know (e.g. `target`) are ignored."""
+    from clariedge.io import read_records
     from clariedge.schema import Example
 
-    known = set(Example.model_fields)
-    out = []
-    for i, row in enumerate(read_table(Path(path))):
-        clean = {k: v for k, v in row.items() if k in known and not (v is None and k in _LIST_FIELDS)}
-        try:
-            out.append(Example.model_validate(clean))
-        except ValidationError as err:
-            raise ValueError(f"{path}: row {i}: {describe_validation_error(err)}") from None
-    return out
-
-
-_LIST_FIELDS = {"documents", "interpretations", "annotations"}
+    return read_records(path, Example, ignore_unknown=True)
 
 
 def stratified_sample(rows: Sequence[Any], n: int | None, rng: Any, key: Any = None) -> list[Any]:
