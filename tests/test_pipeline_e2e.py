@@ -72,7 +72,10 @@ def test_cold_repro_noop_and_training_only_change(project: Path) -> None:
     dd = load_from_disk(str(project / "data" / "clariedge"))
     assert set(dd) == {"train", "validation", "test"} and all(len(dd[s]) > 0 for s in dd)
     ev = json.loads((project / "metrics" / "eval.json").read_text())
-    assert "accuracy" in json.dumps(ev)
+    adapter = ev["systems"]["adapter"]  # the adapter was scored on every test row, consistently
+    c = adapter["confusion"]
+    assert adapter["n"] == c["tp"] + c["fp"] + c["tn"] + c["fn"] > 0
+    assert adapter["accuracy"] == pytest.approx((c["tp"] + c["tn"]) / adapter["n"], abs=1e-4)
     assert (project / "metrics" / "ablation.json").exists()
     assert (project / "models" / "default" / "adapter_config.json").exists()
 
