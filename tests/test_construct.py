@@ -407,6 +407,14 @@ def test_clarification_templates_fit_the_noun_and_the_dialog() -> None:
     assert any("mentioned yet" in q for q in fresh)  # the template is used where it is true
 
 
+def test_a_full_product_name_is_not_made_open(sample_rows: list[Example]) -> None:
+    # readers took "how much does the Continental Rail Pass cost for a 26-year-old?" as named (twice, blind)
+    open_rows = [r for r in sample_rows if r.category == "ambiguous_dialog"]
+    assert open_rows
+    assert not any("continental rail pass" in r.last_turn.lower() for r in open_rows)
+    assert any("cardinals" in r.last_turn.lower() for r in open_rows)  # a bare shared name still is open
+
+
 def test_a_donor_rewrite_comparing_with_its_dialog_is_not_clear() -> None:
     from clariedge.construct.clear import _REFERS_TO_DIALOG
 

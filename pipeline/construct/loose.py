@@ -107,6 +107,12 @@ def _generalized_entity_rows(
         # documents about several senses alike, a reader answers
         docs = _mixed_docs(ctx, entity, siblings, seed)[0]
         em.both("hn_turn_resolves", unpinned, loose, docs, resolution=question, template=f"{gen}.cue", senses=senses)
+    shown_head = display_head(entity, ctx.docs_by_title)
+    if ambiguous and siblings and len(shown_head.split()) > 1 and all(w[:1].isupper() for w in shown_head.split()):
+        # a product's full name ("the Continental Rail Pass", "Lumen Fibre") reads as named: with nothing showing
+        # its variants, a reader answers (with each variant's figure) rather than asks which one
+        ctx.skipped["ad_generalized_unpinned:full_product_name"] += 1
+        ambiguous = False
     if _want(ctx, "ad_generalized_unpinned") and ambiguous:
         if siblings and entity.kind == "paren":  # a closed set of senses: name them ("the adult or the child ...?")
             shown = family[: ctx.cfg.max_interpretations]

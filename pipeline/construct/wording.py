@@ -20,8 +20,8 @@ CLARIFY: dict[str, list[str]] = {
         "Which {noun} are you talking about here?",
         "Just to be sure, which {noun} is your question about?",
         "I don't see a {noun} mentioned yet. Can you say which one you mean?",
-        'What do you mean by "the {noun}"?',
-        "Could you be more specific about the {noun}?",
+        "What {noun} do you mean?",
+        "What {noun} are you asking about?",
     ],
     "thing": [
         'What does "{anchor}" refer to here?',
