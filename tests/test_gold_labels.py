@@ -81,6 +81,7 @@ def test_methods_off_by_default_fail_the_gold_set(checker) -> None:
         ("g153", "not_ask"),  # a 5/6 mortgage is adjustable by definition
         ("g166", "not_ask"),  # the garbled "St. Cardinals"
         ("g164", "not_ask"),  # the IRA contribution limit is the same for both kinds
+        ("g248", "answer"),  # "the Continental Rail Pass" reads as named (two blind readers answered)
     ],
 )
 def test_audit_cases(checker, gid: str, expected: str) -> None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from clariedge.construct.core import _Ctx, _cut_dialog, _docs, _Emitter, _pick_host, _unrelated_docs, _want
 from clariedge.construct.entities import Entity, class_noun, generalize, text_entities, to_class
-from clariedge.construct.senses import QUESTION_WORDS, SenseVerdict, broken_name, still_named
+from clariedge.construct.senses import QUESTION_WORDS, SenseVerdict, broken_name, named_in_full, still_named
 from clariedge.construct.text import _DETERMINERS, Anchor, find_anchor, mentions_any, stem, terms
 from clariedge.construct.wording import clarify_dialog, clarify_documents, display_head, plain_label
 from clariedge.schema import Document, Message, SeedTurn
@@ -107,10 +107,8 @@ def _generalized_entity_rows(
         # documents about several senses alike, a reader answers
         docs = _mixed_docs(ctx, entity, siblings, seed)[0]
         em.both("hn_turn_resolves", unpinned, loose, docs, resolution=question, template=f"{gen}.cue", senses=senses)
-    shown_head = display_head(entity, ctx.docs_by_title)
-    if ambiguous and siblings and len(shown_head.split()) > 1 and all(w[:1].isupper() for w in shown_head.split()):
-        # a product's full name ("the Continental Rail Pass", "Lumen Fibre") reads as named: with nothing showing
-        # its variants, a reader answers (with each variant's figure) rather than asks which one
+    if ambiguous and siblings and named_in_full(loose, display_head(entity, ctx.docs_by_title)):
+        # with nothing showing its variants, a reader answers "the Continental Rail Pass" rather than asks which one
         ctx.skipped["ad_generalized_unpinned:full_product_name"] += 1
         ambiguous = False
     if _want(ctx, "ad_generalized_unpinned") and ambiguous:

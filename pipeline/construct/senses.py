@@ -278,3 +278,14 @@ def still_named(loose: str, head: str) -> str | None:
         if tail:
             return f"{head!r} is named right after: {tail.group(1)!r}"
     return None
+
+
+def named_in_full(turn: str, shown_head: str) -> bool:
+    """Whether the turn names a shared name that reads as a product's full name ("the Continental Rail Pass",
+    "Lumen Fibre"): a reader takes the turn as named and answers with each variant's figure rather than asks
+    which variant (two blind readers did). A bare name ("Cardinals"), a common noun ("passport renewal") or a
+    demonstrative ("that Barrier Reef": one the dialog should have named) does not."""
+    parts = shown_head.split()
+    if len(parts) < 2 or not all(w[:1].isupper() for w in parts):
+        return False
+    return not re.search(rf"\b(?:this|that|these|those)\s+{re.escape(shown_head)}\b", turn, re.I)
