@@ -111,8 +111,12 @@ def verify(
         if len(in_dialog) > 1:
             return SenseVerdict("ask" if claim == "ask" else "unclear", None, "the dialog names several senses")
         shown = sorted({d.title for d in documents} & set(senses))
-        full = entity is not None and named_in_full(turn, display_head(entity, checker.judge.docs_by_title))
-        if claim == "ask" and len(shown) < 2 and full:
+        if (
+            claim == "ask"
+            and len(shown) < 2
+            and entity is not None
+            and named_in_full(turn, display_head(entity, checker.judge.docs_by_title))
+        ):
             return SenseVerdict("answer", None, f"{head!r} reads as a full name, and no variant is shown")
         verdict = check_loose(
             checker.judge, turn, head, shown if len(shown) >= 2 else senses, retrieved=len(shown) >= 2

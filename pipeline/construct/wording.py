@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from clariedge.construct.entities import Entity
-from clariedge.construct.text import Anchor, stem, terms
+from clariedge.construct.text import Anchor, mentions_any, stem
 from clariedge.schema import Document, Message
 
 CLARIFY: dict[str, list[str]] = {
@@ -175,7 +175,6 @@ MASS_NOUNS = frozenset(
         "weather",
     ]
 )
-_MENTIONED_YET = re.compile(r"mentioned yet", re.I)
 
 
 def _plural(noun: str) -> bool:
@@ -191,7 +190,7 @@ def _fits(template: str, anchor: Anchor, dialog: Sequence[Message]) -> bool:
             return False
         if noun in MASS_NOUNS and _COUNTS.search(template):
             return False
-        if _MENTIONED_YET.search(template) and stem(noun) in set().union(*(terms(m.content) for m in dialog)):
+        if "mentioned yet" in template and mentions_any(" ".join(m.content for m in dialog), [stem(noun)]):
             return False
     if anchor.text.endswith("...") and "{fragment}" in template:
         return False  # a fragment of a longer turn is never quoted (it reads as a truncated quote)
