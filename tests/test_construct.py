@@ -30,9 +30,10 @@ from clariedge.construct import (
     terms,
     text_entities,
 )
-from clariedge.construct.wording import clarify_dialog
+from clariedge.construct.wording import clarify_dialog, clarify_documents
 from clariedge.io import write_records
 from clariedge.schema import CATEGORIES, Document, Example, Message, SeedTurn, Source
+from clariedge.text import words
 
 # every method on, those params.yaml turns off included: the tests check each method's rows
 FAST = params_section("synthesize.construct", separability=False, per_seed=dict.fromkeys(METHODS, 1))
@@ -147,7 +148,8 @@ def check_labels(rows: list[Example], seeds: list[SeedTurn]) -> None:
             labels = {e.label for e in map(entity_of_title, titles) if e}
             assert set(r.interpretations) <= labels, where  # every interpretation has its documents
             named = {e.label: plain_label(e, docs_by_title) for e in map(entity_of_title, titles) if e}
-            assert all(named[i].lower() in r.clarification.lower() for i in r.interpretations), where  # and is named
+            said = set(words(r.clarification))  # and is named (a shared tail said once: "the child or the adult fee")
+            assert all(set(words(named[i])) <= said for i in r.interpretations), where
             assert not any("(" in i and i in r.clarification for i in r.interpretations), where  # no title pasted
             for i in r.interpretations:  # the loose turn names none of them precisely
                 entity = next(e for e in map(entity_of_title, (d.title for d in r.documents)) if e and e.label == i)
@@ -405,6 +407,21 @@ def test_clarification_templates_fit_the_noun_and_the_dialog() -> None:
         assert "mentioned yet" not in after, after  # the dialog mentions a delay, just not which one
     fresh = {clarify_dialog(Anchor("noun", "delay"), random.Random(s))[0] for s in range(60)}
     assert any("mentioned yet" in q for q in fresh)  # the template is used where it is true
+
+
+def test_options_sharing_a_tail_say_it_once() -> None:
+    labels = ["the child passport renewal", "the adult passport renewal"]
+    for seed in range(30):
+        text, _ = clarify_documents(labels, random.Random(seed))
+        assert text.lower().count("passport renewal") == 1, text  # not "the child passport renewal or the adult ..."
+        assert "the child" in text.lower() and "the adult passport renewal" in text, text
+    names = ["the St. Louis Cardinals (MLB)", "the Arizona Cardinals (NFL)"]  # nothing shared at the end: said whole
+    assert all(n in clarify_documents(names, random.Random(s))[0] for s in range(10) for n in names)
+    three = ["the Basic support plan", "the Business support plan", "the Enterprise support plan"]
+    for seed in range(30):
+        text, _ = clarify_documents(three, random.Random(seed))
+        # joined with "or"/"and" the tail is said once; a comma list keeps every option whole
+        assert text.count("support plan") in (1, 3), text
 
 
 def test_a_full_product_name_is_not_made_open(sample_rows: list[Example]) -> None:

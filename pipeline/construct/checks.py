@@ -136,6 +136,10 @@ def verify(
     definite = open_definite(turn, dialog, passages, heads, checker.names)
     if anchor is None and definite is None:
         return SenseVerdict("unclear", None, "nothing in the turn points outside it")
+    if definite is None and history:
+        # only a pronoun points outside, after a dialog: a reader attaches it to that dialog's topic or reads
+        # the turn's other words ("does paying it off before the statement help my score too"), not asks
+        return SenseVerdict("unclear", None, f"a pronoun after a dialog: {anchor.text!r}")
     if definite and _introduced(turn, definite):
         return SenseVerdict("unclear", None, f"the user describes {definite!r} first: it is theirs")
     # the turn's other words (not the open reference's own) must not name its topic

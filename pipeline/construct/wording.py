@@ -136,12 +136,27 @@ LEAD_INS = [
 ]
 
 
+def shared_tail(labels: Sequence[str]) -> list[str]:
+    """Labels that differ only before a common tail, said once: "the child passport renewal", "the adult
+    passport renewal" -> "the child", "the adult passport renewal" (to join with "or" / "and"); else as given."""
+    split = [label.split() for label in labels]
+    if len(split) < 2 or any(len(ws) < 3 or ws[0] != "the" for ws in split):
+        return list(labels)
+    n = 0
+    while all(len(ws) - n > 2 for ws in split) and len({ws[-1 - n] for ws in split}) == 1:
+        n += 1
+    if n == 0 or any(not w.isalpha() for w in split[0][-n:]):
+        return list(labels)
+    return [" ".join(ws[:-n]) for ws in split[:-1]] + [labels[-1]]
+
+
 def _listing(labels: Sequence[str]) -> dict[str, str]:
-    body = ", ".join(labels[:-1])
+    short = shared_tail(labels)
+    body = ", ".join(short[:-1])
     return {
         "list": ", ".join(labels),
-        "or_list": f"{body} or {labels[-1]}",
-        "and_list": f"{body} and {labels[-1]}",
+        "or_list": f"{body} or {short[-1]}",
+        "and_list": f"{body} and {short[-1]}",
     }
 
 
@@ -216,7 +231,7 @@ def clarify_documents(labels: Sequence[str], rng: random.Random, retrieved: bool
     bank = CLARIFY_DOCS[size]
     allowed = [i for i, t in enumerate(bank) if retrieved or not _MENTIONS_RETRIEVAL.search(t)]
     i = allowed[rng.randrange(len(allowed))]
-    a, b = labels[0], labels[1]
+    a, b = shared_tail(labels)[:2] if len(labels) == 2 else labels[:2]
     text = bank[i].format(a=a, b=b, A=_cap(a), **_listing(labels))
     return _cap(text), f"clarify_docs.{size}.{i}"
 
