@@ -82,6 +82,7 @@ def test_methods_off_by_default_fail_the_gold_set(checker) -> None:
         ("g166", "not_ask"),  # the garbled "St. Cardinals"
         ("g164", "not_ask"),  # the IRA contribution limit is the same for both kinds
         ("g248", "answer"),  # "the Continental Rail Pass" reads as named (two blind readers answered)
+        ("g113", "not_ask"),  # "it" after another chat: "paying it off before the statement" is a card balance
     ],
 )
 def test_audit_cases(checker, gid: str, expected: str) -> None:
