@@ -133,14 +133,14 @@ class Pools:
 
 
 def make_pools() -> Pools:
-    """Ingest the bundled sample, run the construct backend on 60 seed turns, keep what the filter keeps."""
+    """Ingest the bundled sample, run the construct backend on 100 seed turns, keep what the filter keeps."""
     from clariedge import filter as F
     from clariedge import ingest, synthesize
 
     seeds, _, _ = ingest.transform([SAMPLE])
     rows, _, _ = synthesize.transform(
         seeds,
-        synthesize.SynthesizeConfig.model_validate({**base_params()["synthesize"], "max_seeds": 60}),
+        synthesize.SynthesizeConfig.model_validate({**base_params()["synthesize"], "max_seeds": 100}),
         rng=random.Random(1),
     )
     # the project's own filter, near-duplicates included (no cache file): the good rows must survive any case's
