@@ -33,15 +33,20 @@ def setup_logging(verbose: bool = False) -> None:
     )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(__version__)
+        raise typer.Exit()
+
+
 @app.callback()
 def main(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="debug logging")] = False,
-    version: Annotated[bool, typer.Option("--version", help="print the version and exit")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", help="print the version and exit", is_eager=True, callback=_print_version)
+    ] = False,
 ) -> None:
     """clariedge: query-clarification data pipeline and model."""
-    if version:
-        typer.echo(__version__)
-        raise typer.Exit()
     setup_logging(verbose)
 
 

@@ -25,6 +25,10 @@ M = TypeVar("M", bound=BaseModel)
 _SCHEMAS: dict[type[BaseModel], pa.Schema] = {SeedTurn: SEED_TURN_SCHEMA, Example: EXAMPLE_SCHEMA}
 
 
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)  # the process umask (read by setting it; restored at once)
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside `path`; move it over `path` only if the block succeeds."""
@@ -32,6 +36,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes it owner-only; the output gets a plain write's mode
     tmp_path = Path(tmp)
     try:
         yield tmp_path
