@@ -27,6 +27,16 @@ class StageConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """A YAML error on one line: what was being parsed and what went wrong, each with its line and column."""
+    parts = []
+    for what, mark in (("context", "context_mark"), ("problem", "problem_mark")):
+        text, at = getattr(err, what, None), getattr(err, mark, None)
+        if text:
+            parts.append(f"{text} (line {at.line + 1}, column {at.column + 1})" if at is not None else text)
+    return "; ".join(parts) or " ".join(str(err).split())
+
+
 def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
@@ -34,10 +44,7 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+        raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(err)}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of stage sections at the top level")
     return data
