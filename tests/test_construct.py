@@ -409,6 +409,42 @@ def test_clarification_templates_fit_the_noun_and_the_dialog() -> None:
     assert any("mentioned yet" in q for q in fresh)  # the template is used where it is true
 
 
+def test_a_noun_whose_owner_is_missing_asks_for_the_owner() -> None:
+    # graded weak: "which option?" when the user said "the faster option" and what is missing is the service
+    cases = {
+        (
+            "and the faster option, what's that cost",
+            "How much does an Expedited restore cost on the Nimbus Archive plan?",
+        ): (
+            "option",
+            "faster option",
+        ),
+        (
+            "going back to energy - why did the margin drop",
+            "Why did the Corvane Energy segment's operating margin fall?",
+        ): (
+            "margin",
+            "margin",
+        ),
+        ("if I need the money for an emergency can I get it out", "Can I withdraw money from my Roth IRA early?"): (
+            "money",
+            "money",
+        ),
+    }
+    for (turn, rewrite), (noun, phrase) in cases.items():
+        anchor = find_anchor(turn, rewrite)
+        assert anchor is not None and (anchor.text, anchor.owner) == (noun, phrase), (turn, anchor)
+        for seed in range(20):
+            text, tmpl = clarify_dialog(anchor, random.Random(seed))
+            assert tmpl.startswith("clarify.owner.") and f"the {phrase}" in text.lower(), text
+            assert not re.search(rf"\bwhich {noun}\b", text, re.I), text
+            assert not (noun == "money" and "money of what" in text), text  # a mass noun is not "part of" anything
+    # the rewrite names the noun itself ("the Lite plan", "the Nimbus Enterprise support plan"): ask which one
+    for rewrite in ("How much does the Nimbus Lite plan cost?", "When does the Nimbus Enterprise support plan renew?"):
+        anchor = find_anchor("when does the plan renew", rewrite)
+        assert anchor is not None and anchor.text == "plan" and not anchor.owner, anchor
+
+
 def test_options_sharing_a_tail_say_it_once() -> None:
     labels = ["the child passport renewal", "the adult passport renewal"]
     for seed in range(30):

@@ -68,11 +68,6 @@ class ConstructConfig(StageConfig):
     stitch_other_domain: bool = Field(
         description="place a turn only after another domain's dialog (a same-domain one can supply a referent)"
     )
-    stitch_pronoun_share: float = Field(
-        ge=0.0,
-        le=1.0,
-        description="chance a pronoun turn (not a definite noun) is stitched at all: keep them a minority",
-    )
     lead_in_prob: float = Field(ge=0.0, le=1.0, description="chance of a conversational lead-in, any category")
     lowercase_prob: float = Field(ge=0.0, le=1.0, description="chance of a lower-case first letter, any category")
     all_lower_prob: float = Field(ge=0.0, le=1.0, description="chance of lower-casing a whole turn, any category")

@@ -122,6 +122,9 @@ class Anchor:
     kind: Literal["thing", "person", "group", "place", "noun", "ellipsis"]
     text: str
     context: str = ""  # the turn's own words around the anchor, for clarifications that quote them
+    # a definite noun whose owner is what is missing ("the faster option" of which service?): the noun phrase as
+    # typed ("faster option"), else ""
+    owner: str = ""
 
 
 def _context(turn: str, limit: int = 10) -> str:
@@ -179,7 +182,7 @@ def find_anchor(turn: str, rewrite: str | None) -> Anchor | None:
             noun = nxt
             for j, r in enumerate(rw[1:], start=1):
                 if stem(r) == stem(noun) and stem(rw[j - 1]) in added:
-                    return Anchor("noun", noun, _context(turn))
+                    return _noun_anchor(turn, rewrite, noun)
     for w in toks:
         if w in PRONOUNS:
             if w == "that" and not re.search(r"\bthat\b\s*(\?|$|is|was|mean|one|work|apply|cost)", turn, re.I):
@@ -196,11 +199,46 @@ def find_anchor(turn: str, rewrite: str | None) -> Anchor | None:
             # itself, and that noun is what is unresolved
             m = re.search(rf"\bthe\s+(?:[a-z-]+\s+)?([a-z]{{3,}})\s*,[^.?!]*?\b{re.escape(w)}\b", turn, re.I)
             if m and w in ("it", "that", "this") and m.group(1).lower() not in STOP:
-                return Anchor("noun", m.group(1).lower(), _context(turn))
+                return _noun_anchor(turn, rewrite, m.group(1).lower())
             return Anchor(PRONOUNS[w], w, _context(turn))  # type: ignore[arg-type]
     if ELLIPSIS_START.match(turn) or len(toks) <= 4:
         return Anchor("ellipsis", _fragment(turn), _fragment(turn))
     return None
+
+
+def _noun_anchor(turn: str, rewrite: str | None, noun: str) -> Anchor:
+    owner = ""
+    if owner_left_out(rewrite, noun):
+        m = re.search(rf"\b(?:the|this|that|these|those)\s+((?:[a-z-]+\s+){{0,2}}?{re.escape(noun)})\b", turn, re.I)
+        owner = m.group(1).lower() if m else noun
+    return Anchor("noun", noun, _context(turn), owner)
+
+
+_CONNECTORS = frozenset({"for", "of", "de", "and"})
+
+
+def owner_left_out(rewrite: str | None, noun: str) -> bool:
+    """Whether the human rewrite pins the turn's definite noun by naming what it belongs to rather than which one
+    it is: "the faster option" -> "an Expedited restore on the Nimbus Archive plan" (the noun is gone), "the
+    margin" -> "the Corvane Energy segment's operating margin" (a name apart from the noun's own name). Then
+    "which option?" asks about the wrong word: what is missing is the thing the noun belongs to. "the plan" ->
+    "the Nimbus Lite plan" names the plan itself."""
+    toks = cased_words(rewrite or "")
+    if not toks:
+        return False
+    at = [j for j, w in enumerate(toks) if stem(w) == stem(noun)]
+    if not at:
+        return True
+    i = at[0] - 1  # back over the noun's own name ("Nimbus Enterprise support plan", "Nimbus DB for Postgres"), up
+    # to a stop word or a possessive ("the Energy segment's margin": the segment owns the margin)
+    while i >= 0 and not toks[i].endswith("'s"):
+        w = toks[i].lower()
+        inside = w in _CONNECTORS and i > 0 and toks[i - 1][:1].isupper()
+        if w in STOP and not inside:
+            break
+        i -= 1
+    own = range(i + 1, at[0] + 1)
+    return any(w[:1].isupper() and w != "I" and k > 0 and k not in own for k, w in enumerate(toks))
 
 
 def _fragment(turn: str, limit: int = 8) -> str:

@@ -23,6 +23,16 @@ CLARIFY: dict[str, list[str]] = {
         "What {noun} do you mean?",
         "What {noun} are you asking about?",
     ],
+    # a definite noun whose owner is what is missing ("the faster option" of what?): ask for the owner, not "which
+    # option" (text.owner_left_out)
+    "owner": [
+        "The {phrase} of what, exactly? I can't tell what you're asking about.",
+        'What are you asking about? I can\'t tell what "the {phrase}" belongs to.',
+        "Could you tell me what you're asking about? I don't know what the {phrase} is part of.",
+        "Sorry, the {phrase} of what? What is your question about?",
+        "Before I answer: what is this about? I can't tell what the {phrase} goes with.",
+        'I\'m missing some context. What does "the {phrase}" belong to?',
+    ],
     "thing": [
         'What does "{anchor}" refer to here?',
         'What are you referring to by "{anchor}"?',
@@ -150,8 +160,8 @@ def shared_tail(labels: Sequence[str]) -> list[str]:
     return [" ".join(ws[:-n]) for ws in split[:-1]] + [labels[-1]]
 
 
-def _listing(labels: Sequence[str]) -> dict[str, str]:
-    short = shared_tail(labels)
+def _listing(labels: Sequence[str], short: Sequence[str]) -> dict[str, str]:
+    """The list slots of a template: every label whole, or joined with "or"/"and" with a shared tail said once."""
     body = ", ".join(short[:-1])
     return {
         "list": ", ".join(labels),
@@ -196,9 +206,15 @@ def _plural(noun: str) -> bool:
     return noun.lower().endswith("s") and stem(noun) != noun.lower()
 
 
+# owner templates that make the noun a part of something: not for a mass noun ("the money of what?")
+_PART_OF = re.compile(r"of what|part of")
+
+
 def _fits(template: str, anchor: Anchor, dialog: Sequence[Message]) -> bool:
     """Whether a template's slots fit the anchor: its number, a mass noun, a quote that would read truncated, a
     turn short enough to quote whole, and a claim that the dialog does not mention the noun."""
+    if anchor.owner:
+        return not (anchor.text.lower() in MASS_NOUNS and _PART_OF.search(template))
     if anchor.kind == "noun":
         noun = anchor.text.lower()
         if _plural(noun) and _SINGULAR_ONLY.search(template):
@@ -214,12 +230,15 @@ def _fits(template: str, anchor: Anchor, dialog: Sequence[Message]) -> bool:
 
 def clarify_dialog(anchor: Anchor, rng: random.Random, dialog: Sequence[Message] = ()) -> tuple[str, str]:
     """A clarification asking for what `anchor` leaves open, in a template that fits it after `dialog`."""
-    bank = CLARIFY[anchor.kind]
+    kind = "owner" if anchor.owner else anchor.kind
+    bank = CLARIFY[kind]
     allowed = [i for i, t in enumerate(bank) if _fits(t, anchor, dialog)]
     i = allowed[rng.randrange(len(allowed))]
-    text = bank[i].format(noun=anchor.text, anchor=anchor.text, fragment=anchor.text, context=anchor.context)
+    text = bank[i].format(
+        noun=anchor.text, anchor=anchor.text, fragment=anchor.text, context=anchor.context, phrase=anchor.owner
+    )
     text = re.sub(r"\b([Aa]) (?=[aeiouAEIOU])", r"\1n ", text)  # "a adjudicator" -> "an adjudicator"
-    return _cap(text), f"clarify.{anchor.kind}.{i}"
+    return _cap(text), f"clarify.{kind}.{i}"
 
 
 _MENTIONS_RETRIEVAL = re.compile(r"\b(documents?|passages?|found|matches|information on)\b", re.I)
@@ -231,8 +250,9 @@ def clarify_documents(labels: Sequence[str], rng: random.Random, retrieved: bool
     bank = CLARIFY_DOCS[size]
     allowed = [i for i, t in enumerate(bank) if retrieved or not _MENTIONS_RETRIEVAL.search(t)]
     i = allowed[rng.randrange(len(allowed))]
-    a, b = shared_tail(labels)[:2] if len(labels) == 2 else labels[:2]
-    text = bank[i].format(a=a, b=b, A=_cap(a), **_listing(labels))
+    short = shared_tail(labels)
+    a, b = short[:2] if len(labels) == 2 else labels[:2]
+    text = bank[i].format(a=a, b=b, A=_cap(a), **_listing(labels, short))
     return _cap(text), f"clarify_docs.{size}.{i}"
 
 
