@@ -430,6 +430,18 @@ def test_a_noun_whose_owner_is_missing_asks_for_the_owner() -> None:
             "money",
             "money",
         ),
+        # the phrase runs on where the rewrite does ("the powertrain warranty"), not into a verb ("the delay eat")
+        (
+            "what does the powertrain warranty actually cover",
+            "What does the Kestrel powertrain warranty cover on a Ridgeback?",
+        ): (
+            "powertrain",
+            "powertrain warranty",
+        ),
+        ("does the delay eat into the 78 weeks", "Does the processing delay count toward my 78 weeks of Acme pay?"): (
+            "delay",
+            "delay",
+        ),
     }
     for (turn, rewrite), (noun, phrase) in cases.items():
         anchor = find_anchor(turn, rewrite)

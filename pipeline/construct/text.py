@@ -210,8 +210,25 @@ def _noun_anchor(turn: str, rewrite: str | None, noun: str) -> Anchor:
     owner = ""
     if owner_left_out(rewrite, noun):
         m = re.search(rf"\b(?:the|this|that|these|those)\s+((?:[a-z-]+\s+){{0,2}}?{re.escape(noun)})\b", turn, re.I)
-        owner = m.group(1).lower() if m else noun
+        owner = _with_compound(m.group(1).lower() if m else noun, turn, rewrite or "")
     return Anchor("noun", noun, _context(turn), owner)
+
+
+def _with_compound(phrase: str, turn: str, rewrite: str) -> str:
+    """The noun phrase with the words that follow it in both the turn and the rewrite: "the powertrain" ->
+    "powertrain warranty", "the final" -> "final dividend" (but not "the delay eat": the rewrite has no "delay eat")."""
+    t, r = words(turn), words(rewrite)
+    last = phrase.split()[-1]
+    out = phrase.split()
+    for i in (i for i, w in enumerate(t) if w == last):
+        for j in (j for j, w in enumerate(r) if w == last):
+            k = 1
+            while i + k < len(t) and j + k < len(r) and t[i + k] == r[j + k] and t[i + k] not in STOP and k <= 2:
+                out.append(t[i + k])
+                k += 1
+            if len(out) > len(phrase.split()):
+                return " ".join(out)
+    return phrase
 
 
 _CONNECTORS = frozenset({"for", "of", "de", "and"})

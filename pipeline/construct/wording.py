@@ -28,9 +28,9 @@ CLARIFY: dict[str, list[str]] = {
     "owner": [
         "The {phrase} of what, exactly? I can't tell what you're asking about.",
         'What are you asking about? I can\'t tell what "the {phrase}" belongs to.',
-        "Could you tell me what you're asking about? I don't know what the {phrase} is part of.",
+        "Could you tell me what you're asking about? I don't know what \"the {phrase}\" is part of.",
         "Sorry, the {phrase} of what? What is your question about?",
-        "Before I answer: what is this about? I can't tell what the {phrase} goes with.",
+        'Before I answer: what is this about? I can\'t tell what "the {phrase}" goes with.',
         'I\'m missing some context. What does "the {phrase}" belong to?',
     ],
     "thing": [
@@ -119,8 +119,8 @@ CLARIFY_DOCS: dict[str, list[str]] = {
         "The documents cover several: {list}. Which one do you mean?",
         "For example {list}: which one are you asking about?",
         "Which one do you mean: {or_list}?",
-        "There are several possibilities ({list}). Which one do you mean?",
-        "I found a few possibilities ({list}). Which do you mean?",
+        "There are several possibilities: {list}. Which one do you mean?",
+        "I found a few possibilities: {list}. Which do you mean?",
         "There are several matches: {list}. Which one should I answer about?",
         "The passages mention {list}. Could you narrow it down?",
     ],
