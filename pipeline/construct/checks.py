@@ -113,10 +113,13 @@ def verify(
         shown = sorted({d.title for d in documents} & set(senses))
         if (
             claim == "ask"
-            and len(shown) < 2
             and entity is not None
             and named_in_full(turn, display_head(entity, checker.judge.docs_by_title))
         ):
+            # with the variants' passages shown a reader answers with each variant's figure (two blind readings of
+            # "how much does the Continental Rail Pass cost for a 26-year-old?", 2026-12-04/05): not an ask row
+            if len(shown) >= 2:
+                return SenseVerdict("unclear", None, f"{head!r} reads as a full name; the shown variants answer it")
             return SenseVerdict("answer", None, f"{head!r} reads as a full name, and no variant is shown")
         verdict = check_loose(
             checker.judge, turn, head, shown if len(shown) >= 2 else senses, retrieved=len(shown) >= 2

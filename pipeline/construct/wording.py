@@ -6,9 +6,10 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 
-from clariedge.construct.entities import Entity
+from clariedge.construct.entities import GENERIC_HEADS, Entity
 from clariedge.construct.text import Anchor, mentions_any, stem
 from clariedge.schema import Document, Message
+from clariedge.text import cased_words
 
 CLARIFY: dict[str, list[str]] = {
     "noun": [
@@ -26,12 +27,16 @@ CLARIFY: dict[str, list[str]] = {
     # a definite noun whose owner is what is missing ("the faster option" of what?): ask for the owner, not "which
     # option" (text.owner_left_out)
     "owner": [
+        "Which {kind} are you asking about?",
+        "Before I answer: which {kind} is this about?",
+        "Could you tell me which {kind} you mean? I can't tell from our conversation.",
+        "The {phrase} of which {kind}?",
+    ],
+    # the same when the owner's kind is unknown
+    "owner_unknown": [
         "The {phrase} of what, exactly? I can't tell what you're asking about.",
-        'What are you asking about? I can\'t tell what "the {phrase}" belongs to.',
-        "Could you tell me what you're asking about? I don't know what \"the {phrase}\" is part of.",
         "Sorry, the {phrase} of what? What is your question about?",
-        'Before I answer: what is this about? I can\'t tell what "the {phrase}" goes with.',
-        'I\'m missing some context. What does "the {phrase}" belong to?',
+        "What are you asking about? I can't tell from our conversation what the {phrase} refers to.",
     ],
     "thing": [
         'What does "{anchor}" refer to here?',
@@ -206,8 +211,8 @@ def _plural(noun: str) -> bool:
     return noun.lower().endswith("s") and stem(noun) != noun.lower()
 
 
-# owner templates that make the noun a part of something: not for a mass noun ("the money of what?")
-_PART_OF = re.compile(r"of what|part of")
+# owner templates that make the noun a part of something: not for a mass noun ("the money of which account?")
+_PART_OF = re.compile(r"of what|of which|part of")
 
 
 def _fits(template: str, anchor: Anchor, dialog: Sequence[Message]) -> bool:
@@ -216,6 +221,8 @@ def _fits(template: str, anchor: Anchor, dialog: Sequence[Message]) -> bool:
     if anchor.owner:
         return not (anchor.text.lower() in MASS_NOUNS and _PART_OF.search(template))
     if anchor.kind == "noun":
+        if anchor.text[:1].isupper() and "name it" in template:
+            return False  # "which Titanic ...? Can you name it?": the user did name it
         noun = anchor.text.lower()
         if _plural(noun) and _SINGULAR_ONLY.search(template):
             return False
@@ -230,15 +237,46 @@ def _fits(template: str, anchor: Anchor, dialog: Sequence[Message]) -> bool:
 
 def clarify_dialog(anchor: Anchor, rng: random.Random, dialog: Sequence[Message] = ()) -> tuple[str, str]:
     """A clarification asking for what `anchor` leaves open, in a template that fits it after `dialog`."""
-    kind = "owner" if anchor.owner else anchor.kind
+    kind = ("owner" if anchor.owner_kind else "owner_unknown") if anchor.owner else anchor.kind
     bank = CLARIFY[kind]
     allowed = [i for i, t in enumerate(bank) if _fits(t, anchor, dialog)]
     i = allowed[rng.randrange(len(allowed))]
     text = bank[i].format(
-        noun=anchor.text, anchor=anchor.text, fragment=anchor.text, context=anchor.context, phrase=anchor.owner
+        noun=anchor.text,
+        anchor=anchor.text,
+        fragment=anchor.text,
+        context=anchor.context,
+        phrase=anchor.owner,
+        kind=anchor.owner_kind,
     )
     text = re.sub(r"\b([Aa]) (?=[aeiouAEIOU])", r"\1n ", text)  # "a adjudicator" -> "an adjudicator"
     return _cap(text), f"clarify.{kind}.{i}"
+
+
+# the kind of thing a domain's relational nouns belong to ("the margin", "the lag", "the money"), where one is clear
+_DOMAIN_OWNER = {
+    "cloud": "service",
+    "software": "product",
+    "finance": "account",
+    "investor": "company",
+    "automotive": "car",
+    "electronics": "device",
+    "telecom": "plan",
+    "sports": "team",
+    "literature": "book",
+}
+
+
+def owner_kind(rewrite: str | None, noun: str, domain: str) -> str:
+    """What the thing a relational noun belongs to is, as a clarification can name it: the head the rewrite gives
+    the owner's name ("on the Nimbus Archive plan" -> "plan"), else the domain's usual owner ("company" for
+    "the margin" in investor relations), else ""."""
+    toks = cased_words(rewrite or "")
+    for k in range(1, len(toks)):
+        w = toks[k].lower()
+        if toks[k - 1][:1].isupper() and toks[k - 1] != "I" and w in GENERIC_HEADS and stem(w) != stem(noun):
+            return stem(w)
+    return _DOMAIN_OWNER.get(domain, "")
 
 
 _MENTIONS_RETRIEVAL = re.compile(r"\b(documents?|passages?|found|matches|information on)\b", re.I)
