@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import takewhile
 from typing import Literal
 
 from clariedge.schema import SeedTurn
@@ -216,19 +217,16 @@ def _noun_anchor(turn: str, rewrite: str | None, noun: str) -> Anchor:
 
 
 def _with_compound(phrase: str, turn: str, rewrite: str) -> str:
-    """The noun phrase with the words that follow it in both the turn and the rewrite: "the powertrain" ->
+    """The noun phrase with up to two words that follow it in both the turn and the rewrite: "the powertrain" ->
     "powertrain warranty", "the final" -> "final dividend" (but not "the delay eat": the rewrite has no "delay eat")."""
     t, r = words(turn), words(rewrite)
     last = phrase.split()[-1]
-    out = phrase.split()
     for i in (i for i, w in enumerate(t) if w == last):
         for j in (j for j, w in enumerate(r) if w == last):
-            k = 1
-            while i + k < len(t) and j + k < len(r) and t[i + k] == r[j + k] and t[i + k] not in STOP and k <= 2:
-                out.append(t[i + k])
-                k += 1
-            if len(out) > len(phrase.split()):
-                return " ".join(out)
+            pairs = zip(t[i + 1 : i + 3], r[j + 1 : j + 3], strict=False)
+            shared = [a for a, _ in takewhile(lambda ab: ab[0] == ab[1] and ab[0] not in STOP, pairs)]
+            if shared:
+                return " ".join([phrase, *shared])
     return phrase
 
 
