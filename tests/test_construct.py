@@ -78,8 +78,7 @@ EXPECTED_CELLS = {(c, s) for c in CATEGORIES for s in ("pre_retrieval", "post_re
 
 def test_sample_covers_every_category_and_setting(sample_rows: list[Example]) -> None:
     assert _cells(sample_rows) == EXPECTED_CELLS
-    # length matching thins the long clear rows (1,613 rows with every method on, 74 sample conversations)
-    assert 400 <= len(sample_rows) <= 2000
+    assert 400 <= len(sample_rows) <= 1500  # length matching thins the long clear rows (498 with the defaults)
 
 
 def test_mtrag_covers_every_category_and_setting(mtrag_rows: list[Example]) -> None:
@@ -647,39 +646,3 @@ def test_length_alone_does_not_tell_the_label(sample_seeds: list[SeedTurn], mtra
     assert count(matched, "clear") < count(raw, "clear")
     for category in ("ambiguous_dialog", "ambiguous_documents", "hard_negative"):
         assert count(matched, category) == count(raw, category)
-
-
-def test_open_references_follow_a_dialog_as_often_as_answers_do(sample_seeds: list[SeedTurn]) -> None:
-    """An open reference goes after another conversation's dialog (a topic switch) and only sometimes opens a
-    conversation (`open_first_turn_share`), and the host dialog's length is drawn as the hosts have it: with every
-    open turn also made a first turn, "no dialog -> ask" (and "a lead-in -> answer", since lead-ins come only after
-    a dialog) were the easiest rules in the data, and real users drop a definite reference deep into a chat."""
-    from collections import Counter
-
-    def rows_with(share: float) -> list[Example]:
-        return construct(sample_seeds, FAST.model_copy(update={"open_first_turn_share": share}), rng=random.Random(5))[
-            0
-        ]
-
-    def position_distance(rows: list[Example]) -> float:
-        """Total variation between the dialog-length histograms of ask and answer rows."""
-        hist = {lab: Counter(min(len(r.messages), 9) for r in rows if r.needs_clarification == lab) for lab in (0, 1)}
-        n = {lab: sum(h.values()) for lab, h in hist.items()}
-        return 0.5 * sum(abs(hist[0][b] / n[0] - hist[1][b] / n[1]) for b in set(hist[0]) | set(hist[1]))
-
-    never, always = rows_with(0.0), rows_with(1.0)
-    stitched = {(r.provenance.seed_id, r.last_turn) for r in never if r.provenance.method == "ad_stitched"}
-    first = [r for r in never if r.provenance.method == "ad_generalized_unpinned" and len(r.messages) == 1]
-    assert stitched and not [r for r in first if (r.provenance.seed_id, r.last_turn) in stitched]
-    assert sum(r.provenance.method == "ad_generalized_unpinned" for r in always) > len(first)
-    # measured on the sample (every method on, one row each): 0.45 with every open turn also a first turn, 0.33
-    # with none (the rest: clear turns read alone have no dialog either)
-    assert position_distance(never) < 0.8 * position_distance(always)
-    # the stitched rows' dialogs are as long as the dialogs hard negatives are read in, not the short ones a
-    # retry-until-nothing-is-mentioned draw prefers
-    length = {
-        m: sorted(len(r.messages) for r in never if r.provenance.method == m)
-        for m in ("ad_stitched", "hn_dialog_resolves")
-    }
-    median = {m: v[len(v) // 2] for m, v in length.items()}
-    assert median["ad_stitched"] >= median["hn_dialog_resolves"] - 2

@@ -78,11 +78,6 @@ class ConstructConfig(StageConfig):
     switch_prob: float = Field(
         ge=0.0, le=1.0, description="chance a document-set row follows another conversation (topic switch)"
     )
-    open_first_turn_share: float = Field(
-        ge=0.0,
-        le=1.0,
-        description="chance an open reference placed after another conversation is also made a conversation's first turn",
-    )
     entities_per_seed: int = Field(ge=0, description="entities generalised per seed turn (loose questions)")
     length_match: bool = Field(description="thin out answer rows whose turn length is over-represented against asks")
     length_match_slack: float = Field(

@@ -4,7 +4,7 @@ and counts every row, and the label-contradiction safety net."""
 from __future__ import annotations
 
 import random
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,7 +30,6 @@ class _Ctx:
     groups: dict[str, dict[str, Entity]]  # entity key -> modifier(lower) -> entity (from titles)
     docs_by_title: dict[str, list[Document]]
     doc_hosts: list[SeedTurn] = field(default_factory=list)
-    hosts_by_length: dict[int, dict[int, list[SeedTurn]]] = field(default_factory=dict)  # per host pool (by id)
     rejects: Rejects = field(default_factory=Rejects)
     counts: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
@@ -198,14 +197,6 @@ class _Emitter:
         return n
 
 
-def opens_conversation(ctx: _Ctx, stitched: int) -> bool:
-    """Whether an open reference also gets the row where it opens a conversation, besides the rows where it
-    follows another conversation's dialog (`stitched` of them). Real users mostly drop a definite reference
-    deep into a chat, after a change of topic; with every open turn also made a first turn, "no dialog -> ask"
-    and "a lead-in -> answer" (lead-ins come only after a dialog) were the easiest rules in the data."""
-    return not stitched or ctx.rng.random() < ctx.cfg.open_first_turn_share
-
-
 def is_donor(seed: SeedTurn) -> bool:
     """A later turn known without its conversation's assistant answers (e.g. an MTRAG retrieval task: the user
     turns, and a human standalone rewrite). Its own dialog is never shown (a transcript of user turns alone looks
@@ -234,16 +225,6 @@ def _want(ctx: _Ctx, method: str) -> int:
     return ctx.cfg.per_seed.get(method, 0)
 
 
-def _hosts_by_length(pool: list[SeedTurn], ctx: _Ctx) -> dict[int, list[SeedTurn]]:
-    key = id(pool)
-    if key not in ctx.hosts_by_length:
-        by: dict[int, list[SeedTurn]] = defaultdict(list)
-        for h in pool:
-            by[len(h.messages)].append(h)
-        ctx.hosts_by_length[key] = dict(by)
-    return ctx.hosts_by_length[key]
-
-
 def _pick_host(
     seed: SeedTurn,
     avoid_terms: set[str],
@@ -258,14 +239,10 @@ def _pick_host(
         avoid_terms |= terms(anchor.text)
     other_domain = ctx.cfg.stitch_other_domain
     with_docs = ctx.doc_hosts
-    # the dialog's length is drawn first, as the hosts have it, and every try keeps it: a long dialog mentions more,
-    # so drawing hosts alone and retrying would leave mostly short ones, and "a short dialog -> ask" to learn
-    length = len(hosts[ctx.rng.randrange(len(hosts))].messages)
     for k in range(ctx.cfg.stitch_tries):
         # half the tries go to dialogs with passages, so that stitched rows also exist post-retrieval
         pool = with_docs if with_docs and k % 2 == 0 else hosts
-        same = _hosts_by_length(pool, ctx).get(length) or pool
-        h = same[ctx.rng.randrange(len(same))]
+        h = pool[ctx.rng.randrange(len(pool))]
         if h.conversation_id == seed.conversation_id or len(h.messages) < 2:
             continue
         if other_domain and h.domain == seed.domain:

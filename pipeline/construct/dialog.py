@@ -14,7 +14,6 @@ from clariedge.construct.core import (
     _unrelated_docs,
     _want,
     is_donor,
-    opens_conversation,
 )
 from clariedge.construct.text import anchored_referent, find_anchor, mentions_any, referent_terms, terms
 from clariedge.construct.wording import clarify_dialog, owner_kind
@@ -57,6 +56,19 @@ def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
     reference = anchor.text if anchor.kind == "noun" else None
     if alone:
         return
+    if _want(ctx, "ad_generalized_unpinned") and reference:
+        # the same complete question with a definite reference ("what did the adjudicator say?") as the first
+        # turn of a conversation: nothing before it can pin the reference down
+        clar, tmpl = clarify_dialog(anchor, ctx.rng)
+        em.both(
+            "ad_generalized_unpinned",
+            [],
+            seed.last_turn,
+            _unrelated_docs(seed, seed.last_turn, ref | terms(reference), ctx),
+            clarification=clar,
+            template=f"open.{tmpl}",
+            reference=reference,
+        )
     if _want(ctx, "ad_cut_before_referent") and not donor:
         cut = _cut_dialog(history, ref)
         docs = _referent_free_docs(seed, ref, len(cut), ctx)
@@ -71,7 +83,6 @@ def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
         # "answer" in two blind readings, 2026-12-04; `checks.verify` refuses them), and nobody opens a topic with "it"
         ctx.skipped["ad_stitched:pronoun_anchor"] += 1
         return
-    stitched = 0
     for _ in range(_want(ctx, "ad_stitched")):
         host = _pick_host(seed, ref, anchor, hosts, ctx)
         if host is None:
@@ -79,26 +90,13 @@ def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
             break
         clar, tmpl = clarify_dialog(anchor, ctx.rng, host.messages[:-1])
         docs = host.documents if not any(mentions_any(d.title + " " + d.text, ref) for d in host.documents) else []
-        stitched += em.both(
+        em.both(
             "ad_stitched",
             host.messages[:-1],
             seed.last_turn,
             _docs(docs, ctx),
             clarification=clar,
             template=tmpl,
-            reference=reference,
-        )
-    if _want(ctx, "ad_generalized_unpinned") and opens_conversation(ctx, stitched):
-        # the same complete question with a definite reference ("what did the adjudicator say?") as the first
-        # turn of a conversation: nothing before it can pin the reference down
-        clar, tmpl = clarify_dialog(anchor, ctx.rng)
-        em.both(
-            "ad_generalized_unpinned",
-            [],
-            seed.last_turn,
-            _unrelated_docs(seed, seed.last_turn, ref | terms(reference), ctx),
-            clarification=clar,
-            template=f"open.{tmpl}",
             reference=reference,
         )
 

@@ -8,16 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from clariedge.construct.core import (
-    _Ctx,
-    _cut_dialog,
-    _docs,
-    _Emitter,
-    _pick_host,
-    _unrelated_docs,
-    _want,
-    opens_conversation,
-)
+from clariedge.construct.core import _Ctx, _cut_dialog, _docs, _Emitter, _pick_host, _unrelated_docs, _want
 from clariedge.construct.entities import Entity, class_noun, generalize, text_entities, to_class
 from clariedge.construct.senses import QUESTION_WORDS, SenseVerdict, broken_name, named_in_full, still_named
 from clariedge.construct.text import _DETERMINERS, Anchor, find_anchor, mentions_any, stem, terms
@@ -120,10 +111,7 @@ def _generalized_entity_rows(
         # with nothing showing its variants, a reader answers "the Continental Rail Pass" rather than asks which one
         ctx.skipped["ad_generalized_unpinned:full_product_name"] += 1
         ambiguous = False
-    stitched = 0
-    if _want(ctx, "ad_stitched") and ambiguous:
-        stitched = _stitch(em, seed, hosts, loose, entity.modifier_terms(), hidden, noun_anchor, family, gen, senses)
-    if _want(ctx, "ad_generalized_unpinned") and ambiguous and (unpinned or opens_conversation(ctx, stitched)):
+    if _want(ctx, "ad_generalized_unpinned") and ambiguous:
         if siblings and entity.kind == "paren":  # a closed set of senses: name them ("the adult or the child ...?")
             shown = family[: ctx.cfg.max_interpretations]
             ctx.rng.shuffle(shown)
@@ -141,6 +129,8 @@ def _generalized_entity_rows(
             senses=senses,
             template=f"{gen}.{tmpl}",
         )
+    if _want(ctx, "ad_stitched") and ambiguous and ctx.rng.random() < 0.5:
+        _stitch(em, seed, hosts, loose, entity.modifier_terms(), hidden, noun_anchor, family, gen, senses)
     _class_rows(em, seed, hosts, entity, question, family, unpinned)
     _document_rows(em, seed, hosts, _Loose(entity, question, loose, siblings, senses, gen, hidden, unpinned, verdict))
 
@@ -282,11 +272,7 @@ def _class_rows(
     if cued:
         ctx.rejects.add("class_member_cued", seed.id, f"the turn's words pick the member: {cued}", general)
         return
-    stitched = 0
-    if _want(ctx, "ad_stitched"):
-        hidden = set().union(*(e.modifier_terms() | terms(e.head) for e in family))
-        stitched = _stitch(em, seed, hosts, general, hidden, hidden, anchor, family, tmpl, [])
-    if _want(ctx, "ad_generalized_unpinned") and (unpinned or opens_conversation(ctx, stitched)):
+    if _want(ctx, "ad_generalized_unpinned"):
         clar, ctmpl = clarify_dialog(anchor, ctx.rng, unpinned)
         em.both(
             "ad_generalized_unpinned",
@@ -296,6 +282,9 @@ def _class_rows(
             clarification=clar,
             template=f"{tmpl}.{ctmpl}",
         )
+    if _want(ctx, "ad_stitched"):
+        hidden = set().union(*(e.modifier_terms() | terms(e.head) for e in family))
+        _stitch(em, seed, hosts, general, hidden, hidden, anchor, family, tmpl, [])
 
 
 def _stitch(
@@ -309,18 +298,17 @@ def _stitch(
     family: Sequence[Entity],
     template: str,
     senses: Sequence[str],
-) -> int:
+) -> None:
     """`ad_stitched`: `turn` after another conversation's dialog that mentions none of `avoid` (a topic switch
-    that drops its subject), with that dialog's passages when none of them mentions `hidden`. Returns the rows
-    made."""
+    that drops its subject), with that dialog's passages when none of them mentions `hidden`."""
     ctx = em.ctx
     host = _pick_host(seed, avoid, anchor, hosts, ctx, avoid=family)
     if host is None:
-        return 0
+        return
     clar, ctmpl = clarify_dialog(anchor, ctx.rng, host.messages[:-1])
     docs = [d for d in host.documents if not mentions_any(d.title + " " + d.text, hidden)]
     docs = docs if len(docs) == len(host.documents) else []
-    return em.both(
+    em.both(
         "ad_stitched",
         host.messages[:-1],
         turn,
