@@ -412,6 +412,31 @@ def test_clarification_templates_fit_the_noun_and_the_dialog() -> None:
     assert any("mentioned yet" in q for q in fresh)  # the template is used where it is true
 
 
+def test_clarifications_read_as_a_person_asks() -> None:
+    # graded weak in a blind reading of 30 published questions (2026-12-05): stock openers ("Before I answer:",
+    # "Just to be sure,"), a fronted list ("The adult or the child passport renewal: which one ...?"), two
+    # questions where one says it ("Sorry, the rings of what? What is your question about?") and "Can you name
+    # it?" for something that has no name ("which problem ...? Can you name it?")
+    stock = re.compile(r"before i answer|just to be sure|: which one|name it|\?.*\?", re.I)
+    anchors = [Anchor("noun", "problem"), Anchor("noun", "interview"), Anchor("noun", "Titanic")]
+    anchors += [find_anchor("what are the rings made of", "What are Saturn's rings made of?")]
+    seen = set()
+    for seed in range(80):
+        rng = random.Random(seed)
+        for anchor in anchors:
+            seen.add(text := clarify_dialog(anchor, rng)[0])
+            assert not stock.search(text), text
+        two = clarify_documents(["the adult passport renewal", "the child passport renewal"], rng)[0]
+        seen.add(two)
+        assert not stock.search(two), two
+    assert len(seen) > 20  # the rule leaves the wordings varied
+    # where the owner's kind is known, some wordings name the phrase that lacks it: "which company's margin"
+    anchor = find_anchor("going back to energy - why did the margin drop", "Why did Corvane's margin fall?")
+    owned = replace(anchor, owner_kind="company")
+    texts = {clarify_dialog(owned, random.Random(s))[0] for s in range(40)}
+    assert "Which company's margin do you mean?" in texts and all("company" in t for t in texts), texts
+
+
 def test_a_noun_whose_owner_is_missing_asks_for_the_owner() -> None:
     # graded weak: "which option?" when the user said "the faster option" and what is missing is the service
     cases = {

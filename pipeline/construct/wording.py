@@ -16,10 +16,10 @@ CLARIFY: dict[str, list[str]] = {
         "Which {noun} do you mean?",
         "Which {noun} are you asking about?",
         "Could you tell me which {noun} you have in mind?",
-        "I'm not sure which {noun} you're referring to. Can you name it?",
-        "Before I answer: which {noun} do you mean?",
+        "I'm not sure which {noun} you're referring to. Which one is it?",
+        "Which {noun} is this about?",
         "Which {noun} are you talking about here?",
-        "Just to be sure, which {noun} is your question about?",
+        "Which {noun} is your question about?",
         "I don't see a {noun} mentioned yet. Can you say which one you mean?",
         "What {noun} do you mean?",
         "What {noun} are you asking about?",
@@ -27,15 +27,15 @@ CLARIFY: dict[str, list[str]] = {
     # a definite noun whose owner is what is missing ("the faster option" of what?): ask for the owner, not "which
     # option" (text.owner_left_out)
     "owner": [
+        "Which {kind}'s {phrase} do you mean?",
         "Which {kind} are you asking about?",
-        "Before I answer: which {kind} is this about?",
         "Could you tell me which {kind} you mean? I can't tell from our conversation.",
         "The {phrase} of which {kind}?",
     ],
     # the same when the owner's kind is unknown
     "owner_unknown": [
         "The {phrase} of what, exactly? I can't tell what you're asking about.",
-        "Sorry, the {phrase} of what? What is your question about?",
+        "Sorry, the {phrase} of what?",
         "What are you asking about? I can't tell from our conversation what the {phrase} refers to.",
     ],
     "thing": [
@@ -110,7 +110,7 @@ CLARIFY_DOCS: dict[str, list[str]] = {
         "There are two matches, {a} and {b}. Which did you mean?",
         "Could you clarify whether you mean {a} or {b}?",
         "Do you want to know about {a}, or about {b}?",
-        "{A} or {b}: which one are you asking about?",
+        "Is it {a} or {b} you're asking about?",
     ],
     "few": [
         "Do you mean {or_list}?",
@@ -290,7 +290,7 @@ def clarify_documents(labels: Sequence[str], rng: random.Random, retrieved: bool
     i = allowed[rng.randrange(len(allowed))]
     short = shared_tail(labels)
     a, b = short[:2] if len(labels) == 2 else labels[:2]
-    text = bank[i].format(a=a, b=b, A=_cap(a), **_listing(labels, short))
+    text = bank[i].format(a=a, b=b, **_listing(labels, short))
     return _cap(text), f"clarify_docs.{size}.{i}"
 
 
