@@ -97,43 +97,59 @@ def verify(
         if alone:
             return SenseVerdict("unclear", None, f"shown alone: {alone}")
     if len(senses) >= 2:
-        from clariedge.construct.entities import entity_of_title
-
-        entity = entity_of_title(senses[0])
-        head = entity.head if entity is not None else senses[0]
-        named = _mentioned(senses, turn)
-        if len(named) == 1:
-            return SenseVerdict("answer", named[0], "the turn names one sense")
-        # the senses the dialog names, precisely or by a word of their own ("the roth one"): two are two candidates
-        in_dialog = set(_mentioned(senses, " ".join(history), loose=True)) if history else set()
-        if len(in_dialog) == 1 and not named:
-            return SenseVerdict("answer", next(iter(in_dialog)), "the dialog names one sense")
-        if len(in_dialog) > 1:
-            return SenseVerdict("ask" if claim == "ask" else "unclear", None, "the dialog names several senses")
-        shown = sorted({d.title for d in documents} & set(senses))
-        if (
-            claim == "ask"
-            and entity is not None
-            and named_in_full(turn, display_head(entity, checker.judge.docs_by_title))
-        ):
-            # with the variants' passages shown a reader answers with each variant's figure (two blind readings of
-            # "how much does the Continental Rail Pass cost for a 26-year-old?", 2026-12-04/05): not an ask row
-            if len(shown) >= 2:
-                return SenseVerdict("unclear", None, f"{head!r} reads as a full name; the shown variants answer it")
-            return SenseVerdict("answer", None, f"{head!r} reads as a full name, and no variant is shown")
-        verdict = check_loose(
-            checker.judge, turn, head, shown if len(shown) >= 2 else senses, retrieved=len(shown) >= 2
-        )
-        if verdict.label == "ask" and claim == "ask" and history:
-            # the dialog's own topic may pick the sense without naming it ("teams in football" after MLS)
-            lean = checker.judge.judge(" ".join(history[-2:]) + " " + turn, senses, terms(head))
-            if lean.label == "answer":
-                return SenseVerdict("unclear", None, f"the dialog leans to {lean.sense!r}")
-        return verdict
+        return _verify_senses(checker, claim, turn, history, documents, senses)
     if claim == "answer":
         return SenseVerdict("answer", None, "no open reference")
+    return _verify_open(checker, turn, history, documents, reference)
+
+
+def _verify_senses(
+    checker: RowChecker,
+    claim: Literal["ask", "answer"],
+    turn: str,
+    history: Sequence[str],
+    documents: Sequence[Document],
+    senses: Sequence[str],
+) -> SenseVerdict:
+    """`verify` for a turn about a name several entities share: which sense the turn, the dialog or the shown
+    passages settle, if any."""
+    from clariedge.construct.entities import entity_of_title
+
+    entity = entity_of_title(senses[0])
+    head = entity.head if entity is not None else senses[0]
+    named = _mentioned(senses, turn)
+    if len(named) == 1:
+        return SenseVerdict("answer", named[0], "the turn names one sense")
+    # the senses the dialog names, precisely or by a word of their own ("the roth one"): two are two candidates
+    in_dialog = set(_mentioned(senses, " ".join(history), loose=True)) if history else set()
+    if len(in_dialog) == 1 and not named:
+        return SenseVerdict("answer", next(iter(in_dialog)), "the dialog names one sense")
+    if len(in_dialog) > 1:
+        return SenseVerdict("ask" if claim == "ask" else "unclear", None, "the dialog names several senses")
+    shown = sorted({d.title for d in documents} & set(senses))
+    if claim == "ask" and entity is not None and named_in_full(turn, display_head(entity, checker.judge.docs_by_title)):
+        # with the variants' passages shown a reader answers with each variant's figure (two blind readings of
+        # "how much does the Continental Rail Pass cost for a 26-year-old?", 2026-12-04/05): not an ask row
+        if len(shown) >= 2:
+            return SenseVerdict("unclear", None, f"{head!r} reads as a full name; the shown variants answer it")
+        return SenseVerdict("answer", None, f"{head!r} reads as a full name, and no variant is shown")
+    verdict = check_loose(checker.judge, turn, head, shown if len(shown) >= 2 else senses, retrieved=len(shown) >= 2)
+    if verdict.label == "ask" and claim == "ask" and history:
+        # the dialog's own topic may pick the sense without naming it ("teams in football" after MLS)
+        lean = checker.judge.judge(" ".join(history[-2:]) + " " + turn, senses, terms(head))
+        if lean.label == "answer":
+            return SenseVerdict("unclear", None, f"the dialog leans to {lean.sense!r}")
+    return verdict
+
+
+def _verify_open(
+    checker: RowChecker, turn: str, history: Sequence[str], documents: Sequence[Document], reference: str | None
+) -> SenseVerdict:
+    """`verify` for an "ask" claim with no shared name: an open reference that neither the turn's other words, the
+    dialog nor the passages resolve."""
     from clariedge.construct.text import find_anchor
 
+    dialog, passages = " ".join(history), " ".join(d.title + " " + d.text for d in documents)
     anchor = find_anchor(turn, None)
     heads = checker.heads | {stem(reference)} if reference else checker.heads
     definite = open_definite(turn, dialog, passages, heads, checker.names)

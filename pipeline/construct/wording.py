@@ -16,7 +16,7 @@ CLARIFY: dict[str, list[str]] = {
         "Which {noun} do you mean?",
         "Which {noun} are you asking about?",
         "Could you tell me which {noun} you have in mind?",
-        "I'm not sure which {noun} you're referring to. Which one is it?",
+        "I'm not sure which {noun} you're referring to. Can you name it?",
         "Which {noun} is this about?",
         "Which {noun} are you talking about here?",
         "Which {noun} is your question about?",
