@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, field_validator
 
 from clariedge.config import StageConfig
@@ -79,7 +81,9 @@ class ConstructConfig(StageConfig):
         ge=0.0, le=1.0, description="chance a document-set row follows another conversation (topic switch)"
     )
     entities_per_seed: int = Field(ge=0, description="entities generalised per seed turn (loose questions)")
-    length_match: bool = Field(description="thin out answer rows whose turn length is over-represented against asks")
+    length_match: list[Literal["clear", "hard_negative"]] = Field(
+        description="answer categories thinned where their last turn's surface is over-represented against asks"
+    )
     length_match_slack: float = Field(
         ge=0.0, description="keep rate per length bin = min(1, slack * ask share / answer share)"
     )

@@ -30,13 +30,13 @@ CLARIFY: dict[str, list[str]] = {
         "Which {kind}'s {phrase} do you mean?",
         "Which {kind} are you asking about?",
         "Could you tell me which {kind} you mean? I can't tell from our conversation.",
-        "The {phrase} of which {kind}?",
+        "Which {kind} do you mean? I need it to look up the {phrase}.",
     ],
     # the same when the owner's kind is unknown
     "owner_unknown": [
         "The {phrase} of what, exactly? I can't tell what you're asking about.",
         "Sorry, the {phrase} of what?",
-        "What are you asking about? I can't tell from our conversation what the {phrase} refers to.",
+        "What do you mean by the {phrase}?",
     ],
     "thing": [
         'What does "{anchor}" refer to here?',
@@ -211,14 +211,19 @@ def _plural(noun: str) -> bool:
     return noun.lower().endswith("s") and stem(noun) != noun.lower()
 
 
-# owner templates that make the noun a part of something: not for a mass noun ("the money of which account?")
-_PART_OF = re.compile(r"of what|of which|part of")
+# owner templates that make the noun a part of something: not for a mass noun ("the money of which account?",
+# "I need it to look up the money")
+_PART_OF = re.compile(r"of what|of which|part of|look up the")
 
 
 def _fits(template: str, anchor: Anchor, dialog: Sequence[Message]) -> bool:
     """Whether a template's slots fit the anchor: its number, a mass noun, a quote that would read truncated, a
     turn short enough to quote whole, and a claim that the dialog does not mention the noun."""
     if anchor.owner:
+        # after a dialog the question names the phrase: "which product are you asking about?" for "the lag" after a
+        # cooking chat was graded bad (2026-12-05); "which product's lag do you mean?" says what it is about
+        if dialog and "{phrase}" not in template:
+            return False
         return not (anchor.text.lower() in MASS_NOUNS and _PART_OF.search(template))
     if anchor.kind == "noun":
         if anchor.text[:1].isupper() and "name it" in template:
