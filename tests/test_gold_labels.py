@@ -83,6 +83,9 @@ def test_methods_off_by_default_fail_the_gold_set(checker) -> None:
         ("g164", "not_ask"),  # the IRA contribution limit is the same for both kinds
         ("g248", "answer"),  # "the Continental Rail Pass" reads as named (two blind readers answered)
         ("g113", "not_ask"),  # "it" after another chat: "paying it off before the statement" is a card balance
+        ("g250", "not_ask"),  # "what was Titanic about": readers take the 1997 film, not the 1953 one
+        ("g251", "not_ask"),  # ... even with both films' passages shown
+        ("g252", "ask"),  # ... but after a dialog that named both films, "what was it about" is open
     ],
 )
 def test_audit_cases(checker, gid: str, expected: str) -> None:

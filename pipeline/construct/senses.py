@@ -280,6 +280,19 @@ def still_named(loose: str, head: str) -> str | None:
     return None
 
 
+_YEAR = re.compile(r"\b(?:1[5-9]|20)\d\d\b")
+
+
+def year_twins(titles: Sequence[str]) -> list[str]:
+    """The titles that differ from another only by a year ("Titanic (1953 film)", "Titanic (1997 film)"): a
+    reader takes the bare name for the best-known of them."""
+    groups: dict[str, list[str]] = {}
+    for title in titles:
+        if _YEAR.search(title):
+            groups.setdefault(" ".join(_YEAR.sub(" ", title).split()).lower(), []).append(title)
+    return sorted(t for group in groups.values() if len(group) > 1 for t in group)
+
+
 def named_in_full(turn: str, shown_head: str) -> bool:
     """Whether the turn names a shared name that reads as a product's full name ("the Continental Rail Pass",
     "Lumen Fibre"): a reader takes the turn as named and answers with each variant's figure rather than asks
