@@ -31,6 +31,7 @@ from clariedge.construct import (
     terms,
     text_entities,
 )
+from clariedge.construct.text import owner_left_out
 from clariedge.construct.wording import clarify_dialog, clarify_documents, owner_kind
 from clariedge.io import write_records
 from clariedge.schema import CATEGORIES, Document, Example, Message, SeedTurn, Source
@@ -395,21 +396,48 @@ def test_the_question_targets_the_unresolved_word() -> None:
     # "the next" is not a noun to ask about
     anchor = find_anchor("So what is the next after The Office?", "What should I watch next after The Office?")
     assert anchor is None or anchor.text != "next"
+    # "that" as the subject of a verb: "Sorry, the take of what?" was published (2026-12-05)
+    anchor = find_anchor(
+        "how long does that take then, and whats the fare",
+        "How long does the stopping Coastline train take from Tarrow Central to Brockhurst, and what is the fare?",
+    )
+    assert anchor is None or anchor.text != "take", anchor
 
 
-def test_clarification_templates_fit_the_noun_and_the_dialog() -> None:
-    said = [Message(role="user", content="My train had a delay."), Message(role="assistant", content="Sorry.")]
+def test_a_named_place_is_asked_about_by_its_noun() -> None:
+    # the rewrite names the place itself, and where it is: "which residence?", not "the residence of what?"
+    # ("The office of what, exactly?", "Sorry, the museum of what?" were published, 2026-12-05)
+    for turn, rewrite, noun in [
+        ("is the residence catered", "Is the Ashby Hall residence at Ellingham University catered?", "residence"),
+        (
+            "what hours is the office open",
+            "When is the lost property office at the Calder Street interchange open?",
+            "office",
+        ),
+        ("and the museum, is it open on sundays", "Is the Penmoor Museum of Childhood open on Sundays?", "museum"),
+        (
+            "can we bring a bouncy castle into the hall",
+            "Can we bring a bouncy castle into the sports hall at the Wrexley Centre?",
+            "hall",
+        ),
+    ]:
+        anchor = find_anchor(turn, rewrite)
+        assert anchor is not None and (anchor.text, anchor.owner) == (noun, ""), (turn, anchor)
+        assert "of what" not in clarify_dialog(anchor, random.Random(0))[0]
+    assert owner_left_out("What does the Kestrel powertrain warranty cover on a 2022 Ridgeback hybrid?", "powertrain")
+
+
+def test_clarification_templates_fit_the_noun() -> None:
     for seed in range(60):
         mass, _ = clarify_dialog(Anchor("noun", "lag", "why is the lag so bad"), random.Random(seed))
         assert not re.search(r"\b(?:which|a) lag\b", mass, re.I), mass  # "which money", "a lag" do not read
         plural, _ = clarify_dialog(Anchor("noun", "lakes", "how deep are those lakes"), random.Random(seed))
         assert not re.search(r"\ban? lakes\b|which one", plural, re.I), plural
-        after, _ = clarify_dialog(Anchor("noun", "delay", "how long is the delay"), random.Random(seed), said)
-        assert "mentioned yet" not in after, after  # the dialog mentions a delay, just not which one
-        named, _ = clarify_dialog(Anchor("noun", "Titanic", "what was Titanic about"), random.Random(seed))
-        assert "name it" not in named, named  # the user did name it: graded weak, 2026-12-05
-    fresh = {clarify_dialog(Anchor("noun", "delay"), random.Random(s))[0] for s in range(60)}
-    assert any("mentioned yet" in q for q in fresh)  # the template is used where it is true
+    # graded weak in blind readings (2026-12-05): "I'm not sure which game you're referring to. Can you name it?",
+    # "I don't see a photo mentioned yet. Can you say which one you mean?"
+    asked = {clarify_dialog(Anchor("noun", noun), random.Random(s))[0] for s in range(60) for noun in ("game", "dates")}
+    assert not any(re.search(r"name it|mentioned yet", q) for q in asked), asked
+    assert {"Sorry, which game?", "Sorry, which dates?"} <= asked
 
 
 def test_clarifications_read_as_a_person_asks() -> None:
@@ -488,23 +516,23 @@ def test_a_noun_whose_owner_is_missing_asks_for_the_owner() -> None:
             assert tmpl.startswith("clarify.owner_unknown.") and f"the {phrase}" in text.lower(), text
             assert not re.search(rf"\bwhich {noun}\b", text, re.I), text
             assert not (noun == "money" and "money of what" in text), text  # a mass noun is not "part of" anything
-    # the owner's kind: the head the rewrite gives the owner's name, else the domain's usual owner
+    # the owner's kind: the head the rewrite gives the owner's name, never a guess from the domain ("which product's
+    # lag?" after an admissions chat was graded weak, 2026-12-05)
     rewrite = "How much does an Expedited restore cost on the Nimbus Object Storage Archive plan?"
-    assert owner_kind(rewrite, "option", "cloud") == "plan"
-    assert owner_kind("Why did the Corvane Energy segment's margin fall?", "margin", "investor") == "company"
-    assert owner_kind("What are Saturn's rings made of?", "rings", "science") == ""
-    # after a dialog (another conversation's) the question names the phrase: "which product are you asking about?"
-    # for "the lag" after a cooking chat was graded bad (2026-12-05)
+    assert owner_kind(rewrite, "option") == "plan"
+    assert owner_kind("What are Saturn's rings made of?", "rings") == ""
+    # the question names the phrase: "which product are you asking about?" for "the lag" after a cooking chat was
+    # graded bad, "which instance are you asking about?" for "the zone" weak (2026-12-05)
     lag = replace(
         find_anchor("whats the lag like", "How much replication lag is there on a Quarry DB read replica?"),
         owner_kind="product",
     )
-    cooking = [Message(role="user", content="how long do I rest a steak"), Message(role="assistant", content="5 min.")]
-    after = {clarify_dialog(lag, random.Random(s), cooking)[0] for s in range(20)}
+    after = {clarify_dialog(lag, random.Random(s))[0] for s in range(20)}
     assert after == {"Which product's lag do you mean?"}, after
     anchor = replace(find_anchor("and the faster option, what's that cost", rewrite), owner_kind="plan")
     asked = {clarify_dialog(anchor, random.Random(s))[0] for s in range(30)}
-    assert all("plan" in q and "which option" not in q.lower() for q in asked) and len(asked) > 2, asked
+    assert all("plan" in q and "which option" not in q.lower() and "faster option" in q for q in asked), asked
+    assert len(asked) > 1, asked
     money = replace(
         find_anchor("can I get the money out", "Can I take money out of my Roth IRA?"), owner_kind="account"
     )

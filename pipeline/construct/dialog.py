@@ -30,7 +30,7 @@ def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
     ref = referent_terms(seed)
     anchor = find_anchor(seed.last_turn, seed.rewrite)
     if anchor is not None and anchor.owner:
-        anchor = replace(anchor, owner_kind=owner_kind(seed.rewrite, anchor.text, seed.domain))
+        anchor = replace(anchor, owner_kind=owner_kind(seed.rewrite, anchor.text))
     if not anchored and not donor:
         ctx.skipped["dialog:referent_not_in_dialog"] += 1
         return
@@ -72,7 +72,7 @@ def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
     if _want(ctx, "ad_cut_before_referent") and not donor:
         cut = _cut_dialog(history, ref)
         docs = _referent_free_docs(seed, ref, len(cut), ctx)
-        clar, tmpl = clarify_dialog(anchor, ctx.rng, cut)
+        clar, tmpl = clarify_dialog(anchor, ctx.rng)
         em.both(
             "ad_cut_before_referent", cut, seed.last_turn, docs, clarification=clar, template=tmpl, reference=reference
         )
@@ -88,7 +88,7 @@ def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
         if host is None:
             ctx.skipped["ad_stitched:no_host"] += 1
             break
-        clar, tmpl = clarify_dialog(anchor, ctx.rng, host.messages[:-1])
+        clar, tmpl = clarify_dialog(anchor, ctx.rng)
         docs = host.documents if not any(mentions_any(d.title + " " + d.text, ref) for d in host.documents) else []
         em.both(
             "ad_stitched",

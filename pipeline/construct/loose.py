@@ -118,7 +118,7 @@ def _generalized_entity_rows(
             labels = [e.label for e in shown]  # the titles' readings; the question names them in plain words
             clar, tmpl = clarify_documents([plain_label(e, ctx.docs_by_title) for e in shown], ctx.rng, retrieved=False)
         else:
-            labels, (clar, tmpl) = [], clarify_dialog(noun_anchor, ctx.rng, unpinned)
+            labels, (clar, tmpl) = [], clarify_dialog(noun_anchor, ctx.rng)
         em.both(
             "ad_generalized_unpinned",
             unpinned,
@@ -273,7 +273,7 @@ def _class_rows(
         ctx.rejects.add("class_member_cued", seed.id, f"the turn's words pick the member: {cued}", general)
         return
     if _want(ctx, "ad_generalized_unpinned"):
-        clar, ctmpl = clarify_dialog(anchor, ctx.rng, unpinned)
+        clar, ctmpl = clarify_dialog(anchor, ctx.rng)
         em.both(
             "ad_generalized_unpinned",
             unpinned,
@@ -305,7 +305,7 @@ def _stitch(
     host = _pick_host(seed, avoid, anchor, hosts, ctx, avoid=family)
     if host is None:
         return
-    clar, ctmpl = clarify_dialog(anchor, ctx.rng, host.messages[:-1])
+    clar, ctmpl = clarify_dialog(anchor, ctx.rng)
     docs = [d for d in host.documents if not mentions_any(d.title + " " + d.text, hidden)]
     docs = docs if len(docs) == len(host.documents) else []
     em.both(

@@ -5,7 +5,7 @@ The tokeniser (`words`) and the stop words (`STOP`) come from `clariedge.text`."
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import takewhile
 from typing import Literal
@@ -180,6 +180,8 @@ def find_anchor(turn: str, rewrite: str | None) -> Anchor | None:
             # clarification would ask about is another
             and not (cased[i + 1][:1].isupper() and not turn.isupper())
             and after != "one"
+            # "how long does that take": the demonstrative is the subject and the word a verb ("does this plan renew")
+            and not (w in ("this", "that") and i > 0 and toks[i - 1] in _AUXILIARIES and nxt in _VERBS)
         ):
             noun = nxt
             for j, r in enumerate(rw[1:], start=1):
@@ -231,6 +233,12 @@ def _with_compound(phrase: str, turn: str, rewrite: str) -> str:
 
 
 _CONNECTORS = frozenset({"for", "of", "de", "and"})
+# "how long does that take?": "that" is the subject there, not a determiner ("does this plan renew?" keeps "plan")
+_AUXILIARIES = frozenset({"do", "does", "did", "will", "would", "can", "could", "should", "may", "might", "is", "was"})
+_VERBS = frozenset(
+    {"take", "cost", "mean", "work", "apply", "include", "count", "cover", "matter", "help", "happen", "change"}
+    | {"affect", "need", "require", "last", "run", "start", "end", "pay", "make", "get", "go", "leave", "open"}
+)
 
 
 def owner_left_out(rewrite: str | None, noun: str) -> bool:
@@ -253,8 +261,33 @@ def owner_left_out(rewrite: str | None, noun: str) -> bool:
         if w in STOP and not inside:
             break
         i -= 1
-    own = range(i + 1, at[0] + 1)
-    return any(w[:1].isupper() and w != "I" and k > 0 and k not in own for k, w in enumerate(toks))
+    end = at[0] + 1  # and on over a name the noun's own name continues with ("the Penmoor Museum of Childhood")
+    while end + 1 < len(toks) and toks[end].lower() in _CONNECTORS and toks[end + 1][:1].isupper():
+        end += 2
+        while end < len(toks) and toks[end][:1].isupper():
+            end += 1
+    own = range(i + 1, end)
+    return any(w[:1].isupper() and k > 0 and k not in own and not _placed(toks, k) for k, w in enumerate(toks))
+
+
+_WHEN_OR_WHERE = frozenset({"at", "in", "to", "near"})
+_CALENDAR = re.compile(
+    r"(?:mon|tues|wednes|thurs|fri|satur|sun)days?|january|february|march|april|may|june|july|"
+    r"august|september|october|november|december",
+    re.I,
+)
+
+
+def _placed(toks: Sequence[str], k: int) -> bool:
+    """Whether the capitalised word `toks[k]` says where or when, not whose: "I", a day or month, or a name after
+    "at", "in", "to" ("the Ashby Hall residence at Ellingham University": the rewrite names the residence, and a
+    clarification asks "which residence?", not "the residence of what?")."""
+    if toks[k] == "I" or _CALENDAR.fullmatch(toks[k]):
+        return True
+    j = k - 1
+    while j >= 0 and (toks[j][:1].isupper() or toks[j].lower() in ("the", "of")):
+        j -= 1
+    return j >= 0 and toks[j].lower() in _WHEN_OR_WHERE
 
 
 def _fragment(turn: str, limit: int = 8) -> str:

@@ -7,8 +7,8 @@ import re
 from collections.abc import Mapping, Sequence
 
 from clariedge.construct.entities import GENERIC_HEADS, Entity
-from clariedge.construct.text import Anchor, mentions_any, stem
-from clariedge.schema import Document, Message
+from clariedge.construct.text import Anchor, stem
+from clariedge.schema import Document
 from clariedge.text import cased_words
 
 CLARIFY: dict[str, list[str]] = {
@@ -16,11 +16,11 @@ CLARIFY: dict[str, list[str]] = {
         "Which {noun} do you mean?",
         "Which {noun} are you asking about?",
         "Could you tell me which {noun} you have in mind?",
-        "I'm not sure which {noun} you're referring to. Can you name it?",
+        "Which {noun} are you referring to?",
         "Which {noun} is this about?",
         "Which {noun} are you talking about here?",
         "Which {noun} is your question about?",
-        "I don't see a {noun} mentioned yet. Can you say which one you mean?",
+        "Sorry, which {noun}?",
         "What {noun} do you mean?",
         "What {noun} are you asking about?",
     ],
@@ -175,9 +175,7 @@ def _listing(labels: Sequence[str], short: Sequence[str]) -> dict[str, str]:
     }
 
 
-_SINGULAR_ONLY = re.compile(
-    r"\ba (?:specific )?\{noun\}|name it|Which one|see one|\{noun\} is (?:this|your question)", re.I
-)
+_SINGULAR_ONLY = re.compile(r"\ba (?:specific )?\{noun\}|Which one|\{noun\} is (?:this|your question)", re.I)
 # templates that count the noun ("which lag", "a money"): not for a noun that names a mass
 _COUNTS = re.compile(r"\b(?:which|a) (?:specific )?\{noun\}|which one", re.I)
 # nouns that name a mass or an activity, not one of several things: "the lag", "the money"
@@ -216,35 +214,31 @@ def _plural(noun: str) -> bool:
 _PART_OF = re.compile(r"of what|of which|part of|look up the")
 
 
-def _fits(template: str, anchor: Anchor, dialog: Sequence[Message]) -> bool:
-    """Whether a template's slots fit the anchor: its number, a mass noun, a quote that would read truncated, a
-    turn short enough to quote whole, and a claim that the dialog does not mention the noun."""
+def _fits(template: str, anchor: Anchor) -> bool:
+    """Whether a template's slots fit the anchor: the phrase whose owner is missing, its number, a mass noun, a
+    quote that would read truncated, and a turn short enough to quote whole."""
     if anchor.owner:
-        # after a dialog the question names the phrase: "which product are you asking about?" for "the lag" after a
-        # cooking chat was graded bad (2026-12-05); "which product's lag do you mean?" says what it is about
-        if dialog and "{phrase}" not in template:
+        # the question names the phrase: "which product are you asking about?" for "the lag" after a cooking chat
+        # was graded bad, "which instance are you asking about?" for "the zone" weak (2026-12-05)
+        if "{phrase}" not in template:
             return False
         return not (anchor.text.lower() in MASS_NOUNS and _PART_OF.search(template))
     if anchor.kind == "noun":
-        if anchor.text[:1].isupper() and "name it" in template:
-            return False  # "which Titanic ...? Can you name it?": the user did name it
         noun = anchor.text.lower()
         if _plural(noun) and _SINGULAR_ONLY.search(template):
             return False
         if noun in MASS_NOUNS and _COUNTS.search(template):
-            return False
-        if "mentioned yet" in template and mentions_any(" ".join(m.content for m in dialog), [stem(noun)]):
             return False
     if anchor.text.endswith("...") and "{fragment}" in template:
         return False  # a fragment of a longer turn is never quoted (it reads as a truncated quote)
     return bool(anchor.context) or "{context}" not in template  # the whole turn is quoted, or nothing
 
 
-def clarify_dialog(anchor: Anchor, rng: random.Random, dialog: Sequence[Message] = ()) -> tuple[str, str]:
-    """A clarification asking for what `anchor` leaves open, in a template that fits it after `dialog`."""
+def clarify_dialog(anchor: Anchor, rng: random.Random) -> tuple[str, str]:
+    """A clarification asking for what `anchor` leaves open, in a template that fits it."""
     kind = ("owner" if anchor.owner_kind else "owner_unknown") if anchor.owner else anchor.kind
     bank = CLARIFY[kind]
-    allowed = [i for i, t in enumerate(bank) if _fits(t, anchor, dialog)]
+    allowed = [i for i, t in enumerate(bank) if _fits(t, anchor)]
     i = allowed[rng.randrange(len(allowed))]
     text = bank[i].format(
         noun=anchor.text,
@@ -258,30 +252,16 @@ def clarify_dialog(anchor: Anchor, rng: random.Random, dialog: Sequence[Message]
     return _cap(text), f"clarify.{kind}.{i}"
 
 
-# the kind of thing a domain's relational nouns belong to ("the margin", "the lag", "the money"), where one is clear
-_DOMAIN_OWNER = {
-    "cloud": "service",
-    "software": "product",
-    "finance": "account",
-    "investor": "company",
-    "automotive": "car",
-    "electronics": "device",
-    "telecom": "plan",
-    "sports": "team",
-    "literature": "book",
-}
-
-
-def owner_kind(rewrite: str | None, noun: str, domain: str) -> str:
+def owner_kind(rewrite: str | None, noun: str) -> str:
     """What the thing a relational noun belongs to is, as a clarification can name it: the head the rewrite gives
-    the owner's name ("on the Nimbus Archive plan" -> "plan"), else the domain's usual owner ("company" for
-    "the margin" in investor relations), else ""."""
+    the owner's name ("on the Nimbus Archive plan" -> "plan"), else "". Not the domain's usual owner: "which
+    product's lag?" after an admissions chat was graded weak, the user never said what the lag is of (2026-12-05)."""
     toks = cased_words(rewrite or "")
     for k in range(1, len(toks)):
         w = toks[k].lower()
         if toks[k - 1][:1].isupper() and toks[k - 1] != "I" and w in GENERIC_HEADS and stem(w) != stem(noun):
             return stem(w)
-    return _DOMAIN_OWNER.get(domain, "")
+    return ""
 
 
 _MENTIONS_RETRIEVAL = re.compile(r"\b(documents?|passages?|found|matches|information on)\b", re.I)
