@@ -408,3 +408,21 @@ def test_cli_clean_runs_and_rejects_a_bad_policy(tmp_path, tiny, embed_cache):
     assert stats["sent_back"] > 0 and stats["send_back_result"]["sent"] == 0  # review mode none: pending only
     bad = CliRunner().invoke(app, [*args, "--policy", "burn"])
     assert bad.exit_code == 1 and "--policy" in bad.output
+
+
+def test_a_category_with_two_rows_does_not_stop_the_classifier():
+    # 3 ambiguous_documents rows of 681 (2026-12-05): a training part then holds 2, fewer than the calibration's
+    # 3 inner folds, and sklearn refused ("Requesting 3-fold cross-validation but provided less than 3 examples")
+    from clariedge.clean.features import N_SCALARS, out_of_sample_probs
+
+    rng = np.random.default_rng(0)
+    categories = np.asarray([0] * 30 + [2] * 30 + [1] * 3)
+    features = rng.normal(size=(len(categories), N_SCALARS + 32)).astype(np.float32)
+    features[:, 0] += categories  # something to learn
+    groups = [f"c{i}" for i in range(len(categories))]
+    probs, folds = out_of_sample_probs(
+        features, categories, groups, ["post_retrieval"] * len(categories), clean_cfg(), seed=0
+    )
+    assert folds == 5 and probs.shape == (len(categories), 4)
+    assert np.allclose(probs.sum(axis=1), 1.0)
+    assert (probs[categories == 0, 0] > probs[categories == 0, 2]).mean() > 0.7

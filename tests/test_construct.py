@@ -31,6 +31,7 @@ from clariedge.construct import (
     terms,
     text_entities,
 )
+from clariedge.construct.reading import asks_something
 from clariedge.construct.text import owner_left_out
 from clariedge.construct.wording import clarify_dialog, clarify_documents, owner_kind
 from clariedge.io import write_records
@@ -402,6 +403,19 @@ def test_the_question_targets_the_unresolved_word() -> None:
         "How long does the stopping Coastline train take from Tarrow Central to Brockhurst, and what is the fare?",
     )
     assert anchor is None or anchor.text != "take", anchor
+
+
+def test_a_statement_is_not_a_question() -> None:
+    for turn in ["so, they have solved the problem.", "That's a relief, but I could really use the assets"]:
+        assert not asks_something(turn), turn
+    for turn in [
+        "whats the lag like",  # no question mark, a question word
+        "Last one - are there showers at the campsite",  # after a lead-in
+        "the food bank sounds good. the eastgate one is closest to me, do they need volunteers",
+        "quick question: opposition leader for the movement",  # a search-style fragment
+        "I need the forms for the application",  # a request
+    ]:
+        assert asks_something(turn), turn
 
 
 def test_a_named_place_is_asked_about_by_its_noun() -> None:

@@ -73,8 +73,10 @@ def build_features(
     return out
 
 
-def _classifier(cfg: CleanConfig, seed: int, n_features: int):
-    """PCA of the embedding blocks (fitted inside the fold) + the scalars -> standardised logistic regression."""
+def _classifier(cfg: CleanConfig, seed: int, n_features: int, least: int = 3):
+    """PCA of the embedding blocks (fitted inside the fold) + the scalars -> standardised logistic regression,
+    calibrated in up to 3 inner folds (`least`: rows of the training part's rarest category; under 2 rows
+    there is nothing to calibrate on, and sklearn refuses more folds than that category has rows)."""
     from sklearn.calibration import CalibratedClassifierCV
     from sklearn.compose import ColumnTransformer
     from sklearn.decomposition import PCA
@@ -94,9 +96,9 @@ def _classifier(cfg: CleanConfig, seed: int, n_features: int):
             )
         )
     base = make_pipeline(*steps, StandardScaler(), LogisticRegression(C=cfg.C, max_iter=2000, random_state=seed))
-    if cfg.calibration == "none":
+    if cfg.calibration == "none" or least < 2:
         return base
-    return CalibratedClassifierCV(base, method=cfg.calibration, cv=3)
+    return CalibratedClassifierCV(base, method=cfg.calibration, cv=min(3, least))
 
 
 def out_of_sample_probs(
@@ -114,7 +116,8 @@ def out_of_sample_probs(
         if len(present) == 1:  # a fold whose training part holds one class: predict that class
             probs[np.ix_(test_idx, present)] = 1.0
             continue
-        clf = _classifier(cfg, seed, features.shape[1])
+        least = int(np.bincount(categories[train_idx])[present].min())
+        clf = _classifier(cfg, seed, features.shape[1], least)
         clf.fit(features[train_idx], categories[train_idx])
         probs[np.ix_(test_idx, clf.classes_)] = clf.predict_proba(features[test_idx])
     pre = np.asarray([s == "pre_retrieval" for s in settings])

@@ -23,6 +23,7 @@ from typing import Literal
 from clariedge.construct.reading import (
     OPEN_HEADS,
     _mostly_capitalised,
+    asks_something,
     names_own_topic,
     needs_its_dialog,
     open_definite,
@@ -89,6 +90,8 @@ def verify(
     history = [c for _, c in messages[:-1]]
     dialog, passages = " ".join(history), " ".join(d.title + " " + d.text for d in documents)
     senses = [s for s in senses if s in checker.judge.docs_by_title]
+    if claim == "ask" and not asks_something(turn):
+        return SenseVerdict("unclear", None, "a statement, not a question: a reader replies, not asks")
     if claim == "answer":
         opening = open_definite(turn, dialog, passages, checker.heads, checker.names)
         if opening:

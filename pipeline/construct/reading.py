@@ -5,6 +5,7 @@
 - `open_definite`: a definite reference to a thing of a kind that nothing names ("this plan").
 - `needs_its_dialog`: a turn shown with no dialog before it that would not stand alone ("what about
   pollution?", "How is it created?").
+- `asks_something`: whether a turn asks or requests at all ("so, they have solved the problem." does not).
 """
 
 from __future__ import annotations
@@ -244,3 +245,36 @@ def needs_its_dialog(turn: str, passages: str = "") -> str | None:
         if not _ASKS.match(text) and not any(w[:1].isupper() for w in text.split()[1:]):
             return "a fragment"
     return None
+
+
+_ASKING = re.compile(
+    r"^(?:(?:what|which|who|whom|whose|when|where|why|how)(?:'?s|'re|'d)?|(?:is|are|was|were|do|does|did|can|could|"
+    r"will|would|should|has|have|had)(?:n'?t)?|am|shall|may|might|must|any|tell|explain|show|list|give|describe|"
+    r"compare|define|help|find|recommend|suggest|please|i need|i want|i'd like|(?:i'm )?looking for)\b",
+    re.I,
+)
+_OPENERS = re.compile(
+    r"^(?:and|so|ok(?:ay)?|but|also|then|wait|hmm|right|now|thanks|got it|well|oh|one more thing|quick question|"
+    r"last (?:one|thing|q)|different question|by the way|unrelated, but|changing the subject|something else|"
+    r"another thing|going back to [^,.?!-]*)[\s,:.!-]*",
+    re.I,
+)
+_STATES = re.compile(r"\b(?:i|we|they|he|she|you|it)\s+(?:'\w+\s+)?[a-z]{2,}", re.I)  # "they have solved ..."
+
+
+def asks_something(turn: str) -> bool:
+    """Whether a turn asks or requests anything: a question mark; a clause that opens (after "so,", "ok", a
+    lead-in) with a question word, an auxiliary or a request ("tell me", "explain"); or a search-style fragment
+    with no subject ("opposition leader for the movement", "major characters"). A statement ("so, they have
+    solved the problem.") is answered by agreeing or correcting: nobody asks "which problem?" (graded bad in a
+    blind reading, 2026-12-05)."""
+    if "?" in turn:
+        return True
+    clauses = re.split(r"[.!;]\s+|\s+-\s+|,\s+", turn.strip())
+    for clause in clauses:
+        rest = clause.strip()
+        while (m := _OPENERS.match(rest)) and m.end() > 0:
+            rest = rest[m.end() :]
+        if _ASKING.match(rest):
+            return True
+    return not _STATES.search(turn)
