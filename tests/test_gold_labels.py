@@ -86,6 +86,8 @@ def test_methods_off_by_default_fail_the_gold_set(checker) -> None:
         ("g250", "not_ask"),  # "what was Titanic about": readers take the 1997 film, not the 1953 one
         ("g251", "not_ask"),  # ... even with both films' passages shown
         ("g252", "ask"),  # ... but after a dialog that named both films, "what was it about" is open
+        ("g254", "not_ask"),  # a passport renewal's price with nobody else named: a reader takes the adult one
+        ("g255", "ask"),  # ... but "for us" may include children
         ("g253", "not_ask"),  # "so, they have solved the problem.": a statement, nobody asks "which problem?"
     ],
 )

@@ -29,7 +29,15 @@ from clariedge.construct.reading import (
     open_definite,
     topic_terms,
 )
-from clariedge.construct.senses import EmbedFn, SenseJudge, SenseVerdict, check_loose, named_in_full, year_twins
+from clariedge.construct.senses import (
+    EmbedFn,
+    SenseJudge,
+    SenseVerdict,
+    check_loose,
+    default_reading,
+    named_in_full,
+    year_twins,
+)
 from clariedge.construct.text import stem, terms
 from clariedge.construct.wording import display_head
 from clariedge.schema import Document
@@ -134,6 +142,9 @@ def _verify_senses(
         # "what was Titanic about?" with the 1953 and the 1997 film: three blind readers in three builds took the
         # 1997 film and answered. Which twin is best known is not in the data, so the row is not made
         return SenseVerdict("unclear", None, f"senses that differ only by a year: {twins}")
+    default = default_reading(senses, turn)
+    if claim == "ask" and default:
+        return SenseVerdict("unclear", None, f"a reader takes {default!r} unless the turn says otherwise")
     shown = sorted({d.title for d in documents} & set(senses))
     if claim == "ask" and entity is not None and named_in_full(turn, display_head(entity, checker.judge.docs_by_title)):
         # with the variants' passages shown a reader answers with each variant's figure (two blind readings of

@@ -293,6 +293,21 @@ def year_twins(titles: Sequence[str]) -> list[str]:
     return sorted(t for group in groups.values() if len(group) > 1 for t in group)
 
 
+_ADULT = re.compile(r"\(adults?\)$", re.I)
+_NOT_ONLY_SELF = re.compile(
+    r"\b(?:child|children|kids?|son|daughter|baby|babies|minor|teen\w*|\d+[- ]?(?:year|yr)[- ]?olds?|we|our|us|family)\b",
+    re.I,
+)
+
+
+def default_reading(senses: Sequence[str], turn: str) -> str | None:
+    """The sense a reader takes when the turn does not say: the adult one of an adult / child pair, unless the
+    turn speaks of a child or of several people ("how much does passport renewal cost online?": four blind
+    readers in two builds answered with the adult price, or both, 2026-12-05)."""
+    adult = next((s for s in senses if _ADULT.search(s)), None)
+    return adult if adult and len(senses) > 1 and not _NOT_ONLY_SELF.search(turn) else None
+
+
 def named_in_full(turn: str, shown_head: str) -> bool:
     """Whether the turn names a shared name that reads as a product's full name ("the Continental Rail Pass",
     "Lumen Fibre"): a reader takes the turn as named and answers with each variant's figure rather than asks
