@@ -173,11 +173,12 @@ def open_definite(
     return None
 
 
-_ASKS = re.compile(
-    r"^\W*(?:who|whom|whose|what|which|when|where|why|how|is|are|was|were|do|does|did|can|could|should|would|will"
-    r"|has|have|had|may|might|must|shall|am|tell|explain|describe|list|give|show|define|compare|name)\b",
-    re.I,
-)
+# how a question or a request opens: a question word, an auxiliary, a request verb (`_ASKS`, `_ASKING`)
+_WH = "who|whom|whose|what|which|when|where|why|how"
+_AUX_NEG = "is|are|was|were|do|does|did|can|could|should|would|will|has|have|had"  # also as "isn't", "doesnt"
+_AUX = "may|might|must|shall|am"
+_REQUEST = "tell|explain|describe|list|give|show|define|compare"
+_ASKS = re.compile(rf"^\W*(?:{_WH}|{_AUX_NEG}|{_AUX}|{_REQUEST}|name)\b", re.I)
 
 
 _CONFIRMS = re.compile(r"\byou(?:'re| are) asking\b|,\s*(?:correct|right)\s*\?$", re.I)
@@ -247,10 +248,9 @@ def needs_its_dialog(turn: str, passages: str = "") -> str | None:
     return None
 
 
-_ASKING = re.compile(
-    r"^(?:(?:what|which|who|whom|whose|when|where|why|how)(?:'?s|'re|'d)?|(?:is|are|was|were|do|does|did|can|could|"
-    r"will|would|should|has|have|had)(?:n'?t)?|am|shall|may|might|must|any|tell|explain|show|list|give|describe|"
-    r"compare|define|help|find|recommend|suggest|please|i need|i want|i'd like|(?:i'm )?looking for)\b",
+_ASKING = re.compile(  # `_ASKS`, with contractions ("whats", "isnt") and more requests ("i need", "please")
+    rf"^(?:(?:{_WH})(?:'?s|'re|'d)?|(?:{_AUX_NEG})(?:n'?t)?|{_AUX}|any|{_REQUEST}|help|find|recommend|suggest|please|"
+    r"i need|i want|i'd like|(?:i'm )?looking for)\b",
     re.I,
 )
 _OPENERS = re.compile(
