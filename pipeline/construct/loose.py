@@ -299,21 +299,23 @@ def _stitch(
     template: str,
     senses: Sequence[str],
 ) -> None:
-    """`ad_stitched`: `turn` after another conversation's dialog that mentions none of `avoid` (a topic switch
-    that drops its subject), with that dialog's passages when none of them mentions `hidden`."""
+    """`ad_stitched`: `turn` after other conversations' dialogs (`per_seed.ad_stitched` of them) that mention
+    none of `avoid` (a topic switch that drops its subject), with a dialog's passages when none of them mentions
+    `hidden`."""
     ctx = em.ctx
-    host = _pick_host(seed, avoid, anchor, hosts, ctx, avoid=family)
-    if host is None:
-        return
-    clar, ctmpl = clarify_dialog(anchor, ctx.rng)
-    docs = [d for d in host.documents if not mentions_any(d.title + " " + d.text, hidden)]
-    docs = docs if len(docs) == len(host.documents) else []
-    em.both(
-        "ad_stitched",
-        host.messages[:-1],
-        turn,
-        _docs(docs, ctx),
-        clarification=clar,
-        template=f"{template}.{ctmpl}",
-        senses=senses,
-    )
+    for _ in range(_want(ctx, "ad_stitched")):
+        host = _pick_host(seed, avoid, anchor, hosts, ctx, avoid=family)
+        if host is None:
+            return
+        clar, ctmpl = clarify_dialog(anchor, ctx.rng)
+        docs = [d for d in host.documents if not mentions_any(d.title + " " + d.text, hidden)]
+        docs = docs if len(docs) == len(host.documents) else []
+        em.both(
+            "ad_stitched",
+            host.messages[:-1],
+            turn,
+            _docs(docs, ctx),
+            clarification=clar,
+            template=f"{template}.{ctmpl}",
+            senses=senses,
+        )
