@@ -6,11 +6,12 @@ turn, the dialog before it, their element-wise product and cosine (whether the t
 topic), and whether there is a dialog at all. It then reports ROC AUC and balanced accuracy on every labelled
 set (MTRAG task JSONL with `answerability`, as `clariedge benchmark` reads them).
 
-The product is the adapter, not this probe: a data change that lifts the probe is worth a training run, one
-that does not is probably not. The external stage's MiniLM baseline sees the last turn only; this one sees the
-dialog too, which is what an open reference after a topic switch needs (measured 2026-12-06: MTRAG-UN AUC
-0.60 with one stitched host per turn, 0.67 with three; Abg-CoQA and PACIFIC, whose asks depend on the
-documents, stay near chance either way).
+The product is the adapter, not this probe: a data change that does not lift the probe is probably not worth a
+training run, and one that does still has to be trained and measured. The external stage's MiniLM baseline sees
+the last turn only; this one sees the dialog too, which is what an open reference after a topic switch needs.
+Measured 2026-12-06: MTRAG-UN AUC 0.60 with one stitched host per turn, 0.67 with three, yet the adapter
+trained on the three-host data did not improve (docs/training.md, "Tried 2026-12-06"); Abg-CoQA and PACIFIC,
+whose asks depend on the documents, stay near chance either way.
 
 Run: `.venv/bin/python bench/probe_data.py [TRAIN_PARQUET] [SET.jsonl ...]` (defaults: the published train
 split and `../shared/data/realdev/*.jsonl`; skips with a message where they are absent).
