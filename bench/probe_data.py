@@ -20,6 +20,7 @@ split and `../shared/data/realdev/*.jsonl`; skips with a message where they are 
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -29,15 +30,15 @@ from sklearn.metrics import balanced_accuracy_score, roc_auc_score
 from clariedge.embed import embed
 from clariedge.io import Rejects, read_records
 from clariedge.schema import Example
-from clariedge.training.benchmark import read_labelled
+from clariedge.training.benchmark import LabelledRow, read_labelled
 
 DIALOG_CHARS = 2000  # the dialog's last characters (MiniLM reads 256 tokens; the end of a dialog is its topic now)
 
 
-def features(rows: list[tuple[list[str], str]]) -> np.ndarray:
-    """One feature row per (earlier messages, last turn)."""
-    turns = embed([turn for _, turn in rows])
-    dialogs = [" ".join(before)[-DIALOG_CHARS:] for before, _ in rows]
+def features(rows: Sequence[Example | LabelledRow]) -> np.ndarray:
+    """One feature row per row (its last turn and the messages before it)."""
+    turns = embed([r.last_turn for r in rows])
+    dialogs = [" ".join(m.content for m in r.messages[:-1])[-DIALOG_CHARS:] for r in rows]
     with_dialog = [i for i, d in enumerate(dialogs) if d]
     dia = np.zeros_like(turns)
     if with_dialog:
@@ -54,14 +55,14 @@ def main() -> int:
         print(f"skip: need {train} (run `dvc repro publish`) and labelled sets (none found)")
         return 0
     examples = read_records(train, Example, ignore_unknown=True)
-    x = features([([m.content for m in e.messages[:-1]], e.last_turn) for e in examples])
+    x = features(examples)
     y = np.array([e.needs_clarification for e in examples])
     clf = LogisticRegression(max_iter=2000, class_weight="balanced").fit(x, y)
     with_dialog = sum(len(e.messages) > 1 for e in examples if e.needs_clarification)
     print(f"train {train}: {len(examples)} rows, {int(y.sum())} ask ({with_dialog} of them with a dialog)")
     for path in sets:
         labelled = read_labelled(path, Rejects())
-        p = clf.predict_proba(features([([m.content for m in r.messages[:-1]], r.last_turn) for r in labelled]))[:, 1]
+        p = clf.predict_proba(features(labelled))[:, 1]
         gold = np.array([r.needs for r in labelled])
         auc, bal = roc_auc_score(gold, p), balanced_accuracy_score(gold, p >= 0.5)
         print(
