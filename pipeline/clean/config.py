@@ -53,7 +53,6 @@ class CleanConfig(StageConfig):
     context_chars: int = Field(ge=0, description="the dialog text is cut to this many characters")
     datalab: DatalabConfig
     report_top: int = Field(ge=0)
-    embed_batch_size: int = Field(ge=1)
 
 
 def class_names(cfg: CleanConfig) -> tuple[str, ...]:

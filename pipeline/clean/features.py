@@ -42,14 +42,13 @@ def build_features(
     *,
     context_messages: int = 2,
     context_chars: int = 600,
-    batch_size: int = 64,
 ) -> np.ndarray:
     """MiniLM features: [dialog | turn | titles] embeddings + scalars; empty texts get zero vectors."""
     from clariedge.embed import DIM, embed
 
     texts = [feature_texts(ex, context_messages, context_chars) for ex in rows]
     flat = sorted({t for triple in texts for t in triple if t})
-    vecs = embed(flat, cache_path=cache_path, batch_size=batch_size) if flat else np.zeros((0, DIM), np.float32)
+    vecs = embed(flat, cache_path=cache_path) if flat else np.zeros((0, DIM), np.float32)
     index = {t: i for i, t in enumerate(flat)}
     zero = np.zeros(DIM, np.float32)
 
