@@ -31,9 +31,9 @@ from clariedge.construct import (
     terms,
     text_entities,
 )
-from clariedge.construct.reading import asks_something
+from clariedge.construct.reading import asks_something, drop_openers
 from clariedge.construct.text import owner_left_out
-from clariedge.construct.wording import clarify_dialog, clarify_documents, owner_kind
+from clariedge.construct.wording import LEAD_INS, clarify_dialog, clarify_documents, owner_kind
 from clariedge.io import write_records
 from clariedge.schema import CATEGORIES, Document, Example, Message, SeedTurn, Source
 from clariedge.text import words
@@ -418,6 +418,29 @@ def test_a_statement_is_not_a_question() -> None:
         assert asks_something(turn), turn
 
 
+def test_a_first_turn_loses_what_ties_it_to_an_earlier_message() -> None:
+    # published as single-turn "ask" rows (2026-12-06): an opener with nothing before it told the label
+    for turn, alone in [
+        ("Going back to energy - why did the margin drop?", "why did the margin drop?"),
+        ("ok and is the hall on the all sites pass?", "is the hall on the all sites pass?"),
+        ("last one - are there showers at the campsite?", "are there showers at the campsite?"),
+        ("That's a relief, but I could really use the assets?", "I could really use the assets?"),
+        ("And the faster option, what's that cost?", "the faster option, what's that cost?"),
+    ]:
+        assert drop_openers(turn) == alone, turn
+    for turn in ["Sometimes the bus is late, why?", "Andes peaks over 6000 m", "Thanksgiving date 2026?", "ok"]:
+        assert drop_openers(turn) == turn, turn  # whole words only; nothing left keeps the turn
+    for lead in LEAD_INS:  # every lead-in the construction adds is one a first turn loses
+        assert drop_openers(lead + "what does the pass cost?") == "what does the pass cost?", lead
+
+
+def test_no_first_turn_opens_with_a_lead_in(sample_rows: list[Example]) -> None:
+    alone = [r.last_turn for r in sample_rows if len(r.messages) == 1]
+    assert alone and all(drop_openers(t) == t.strip() for t in alone), [
+        t for t in alone if drop_openers(t) != t.strip()
+    ][:5]
+
+
 def test_a_named_place_is_asked_about_by_its_noun() -> None:
     # the rewrite names the place itself, and where it is: "which residence?", not "the residence of what?"
     # ("The office of what, exactly?", "Sorry, the museum of what?" were published, 2026-12-05)
@@ -656,7 +679,6 @@ def test_clear_rows_read_alone_stand_alone(mtrag_rows: list[Example], mtrag_seed
     of 2026-12-04 found 4 of 5 disagreements there. MTRAG's rewrites include such turns, so the check runs."""
     from clariedge.construct.core import is_donor
     from clariedge.construct.reading import needs_its_dialog
-    from clariedge.construct.wording import LEAD_INS
 
     rewrites = [s.rewrite for s in mtrag_seeds if s.rewrite]
     assert sum(needs_its_dialog(t) is not None for t in rewrites) > 20  # the rule has work to do

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from clariedge.construct.checks import RowChecker, verify
 from clariedge.construct.config import GENERATOR, METHODS, ConstructConfig
 from clariedge.construct.entities import Entity
+from clariedge.construct.reading import drop_openers
 from clariedge.construct.senses import SenseJudge
 from clariedge.construct.text import Anchor, mentions_any, referent_terms, terms
 from clariedge.construct.wording import LEAD_INS
@@ -144,6 +145,8 @@ class _Emitter:
         if setting not in self.ctx.cfg.settings:
             return None
         tags: list[str] = []
+        if not history:  # a conversation's first turn: no "ok and", "going back to energy -" (a blind audit's cue)
+            turn = drop_openers(turn)
         if surface:
             turn, tags = _surface(turn, self.ctx, switch_ok=method not in _DIALOG_RESOLVED, after_dialog=bool(history))
         tmpl = ".".join(t for t in (template, *tags) if t) or "as_is"

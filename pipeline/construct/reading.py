@@ -6,6 +6,8 @@
 - `needs_its_dialog`: a turn shown with no dialog before it that would not stand alone ("what about
   pollution?", "How is it created?").
 - `asks_something`: whether a turn asks or requests at all ("so, they have solved the problem." does not).
+- `drop_openers`: a turn without what ties it to a message before it ("ok and", "going back to energy -",
+  "that's a relief, but"), for a turn that opens a conversation.
 """
 
 from __future__ import annotations
@@ -253,10 +255,12 @@ _ASKING = re.compile(  # `_ASKS`, with contractions ("whats", "isnt") and more r
     r"i need|i want|i'd like|(?:i'm )?looking for)\b",
     re.I,
 )
+# What ties a turn to the message before it: every lead-in of `wording.LEAD_INS` (a test checks) and those
+# the sample's users type. Whole words only: "so" does not open "something", "and" not "Andes".
 _OPENERS = re.compile(
     r"^(?:and|so|ok(?:ay)?|but|also|then|wait|hmm|right|now|thanks|got it|well|oh|one more thing|quick question|"
     r"last (?:one|thing|q)|different question|by the way|unrelated, but|changing the subject|something else|"
-    r"another thing|going back to [^,.?!-]*)[\s,:.!-]*",
+    r"another thing|going back to [^,.?!-]*|that'?s (?:a relief|great|good|helpful)(?:,? but)?)\b[\s,:.!-]*",
     re.I,
 )
 _STATES = re.compile(r"\b(?:i|we|they|he|she|you|it)\s+(?:'\w+\s+)?[a-z]{2,}", re.I)  # "they have solved ..."
@@ -271,10 +275,15 @@ def asks_something(turn: str) -> bool:
     if "?" in turn:
         return True
     clauses = re.split(r"[.!;]\s+|\s+-\s+|,\s+", turn.strip())
-    for clause in clauses:
-        rest = clause.strip()
-        while (m := _OPENERS.match(rest)) and m.end() > 0:
-            rest = rest[m.end() :]
-        if _ASKING.match(rest):
-            return True
+    if any(_ASKING.match(drop_openers(clause)) for clause in clauses):
+        return True
     return not _STATES.search(turn)
+
+
+def drop_openers(turn: str) -> str:
+    """The turn without the openers that tie it to an earlier message ("ok and is the hall on the pass?" -> "is
+    the hall on the pass?"); the turn as it is when nothing else would be left."""
+    rest = turn.strip()
+    while (m := _OPENERS.match(rest)) and m.end() > 0:
+        rest = rest[m.end() :]
+    return rest if rest.strip() else turn.strip()

@@ -33,7 +33,7 @@ CLARIFY: dict[str, list[str]] = {
     ],
     # the same when the owner's kind is unknown
     "owner_unknown": [
-        "The {phrase} of what, exactly? I can't tell what you're asking about.",
+        "The {phrase} of what, exactly?",
         "Sorry, the {phrase} of what?",
         "What do you mean by the {phrase}?",
     ],
