@@ -17,7 +17,7 @@ from clariedge.construct.entities import Entity
 from clariedge.construct.reading import drop_openers
 from clariedge.construct.senses import SenseJudge
 from clariedge.construct.text import Anchor, mentions_any, referent_terms, terms
-from clariedge.construct.wording import LEAD_INS
+from clariedge.construct.wording import LEAD_INS, clarify_dialog
 from clariedge.io import Rejects, describe_validation_error
 from clariedge.schema import Document, Example, Message, Provenance, SeedTurn, Setting
 
@@ -255,3 +255,40 @@ def _pick_host(
             continue
         return h
     return None
+
+
+def stitch(
+    em: _Emitter,
+    seed: SeedTurn,
+    hosts: list[SeedTurn],
+    turn: str,
+    anchor: Anchor,
+    *,
+    avoid_terms: set[str],
+    hidden: set[str],
+    family: Sequence[Entity] = (),
+    template: str = "",
+    senses: Sequence[str] = (),
+    reference: str | None = None,
+) -> None:
+    """`ad_stitched`: an open reference after other conversations' dialogs (`per_seed.ad_stitched` of them) that
+    mention none of `avoid_terms` nor `family` (a topic switch that drops its subject), with a dialog's passages
+    when none of them mentions `hidden`."""
+    ctx = em.ctx
+    for _ in range(_want(ctx, "ad_stitched")):
+        host = _pick_host(seed, avoid_terms, anchor, hosts, ctx, avoid=family)
+        if host is None:
+            ctx.skipped["ad_stitched:no_host"] += 1
+            return
+        clar, ctmpl = clarify_dialog(anchor, ctx.rng)
+        docs = host.documents if not any(mentions_any(d.title + " " + d.text, hidden) for d in host.documents) else []
+        em.both(
+            "ad_stitched",
+            host.messages[:-1],
+            turn,
+            _docs(docs, ctx),
+            clarification=clar,
+            template=".".join(t for t in (template, ctmpl) if t),
+            senses=senses,
+            reference=reference,
+        )

@@ -10,10 +10,10 @@ from clariedge.construct.core import (
     _cut_dialog,
     _docs,
     _Emitter,
-    _pick_host,
     _unrelated_docs,
     _want,
     is_donor,
+    stitch,
 )
 from clariedge.construct.text import anchored_referent, find_anchor, mentions_any, referent_terms, terms
 from clariedge.construct.wording import clarify_dialog, owner_kind
@@ -83,22 +83,7 @@ def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
         # "answer" in two blind readings, 2026-12-04; `checks.verify` refuses them), and nobody opens a topic with "it"
         ctx.skipped["ad_stitched:pronoun_anchor"] += 1
         return
-    for _ in range(_want(ctx, "ad_stitched")):
-        host = _pick_host(seed, ref, anchor, hosts, ctx)
-        if host is None:
-            ctx.skipped["ad_stitched:no_host"] += 1
-            break
-        clar, tmpl = clarify_dialog(anchor, ctx.rng)
-        docs = host.documents if not any(mentions_any(d.title + " " + d.text, ref) for d in host.documents) else []
-        em.both(
-            "ad_stitched",
-            host.messages[:-1],
-            seed.last_turn,
-            _docs(docs, ctx),
-            clarification=clar,
-            template=tmpl,
-            reference=reference,
-        )
+    stitch(em, seed, hosts, seed.last_turn, anchor, avoid_terms=ref, hidden=ref, reference=reference)
 
 
 def _referent_free_docs(seed: SeedTurn, ref: set[str], cut_len: int, ctx: _Ctx) -> list[Document]:

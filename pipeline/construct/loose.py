@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from clariedge.construct.core import _Ctx, _cut_dialog, _docs, _Emitter, _pick_host, _unrelated_docs, _want
+from clariedge.construct.core import _Ctx, _cut_dialog, _docs, _Emitter, _pick_host, _unrelated_docs, _want, stitch
 from clariedge.construct.entities import Entity, class_noun, generalize, text_entities, to_class
 from clariedge.construct.senses import QUESTION_WORDS, SenseVerdict, broken_name, named_in_full, still_named
-from clariedge.construct.text import _DETERMINERS, Anchor, find_anchor, mentions_any, stem, terms
+from clariedge.construct.text import _DETERMINERS, Anchor, find_anchor, stem, terms
 from clariedge.construct.wording import clarify_dialog, clarify_documents, display_head, plain_label
 from clariedge.schema import Document, Message, SeedTurn
 from clariedge.text import words
@@ -130,7 +130,18 @@ def _generalized_entity_rows(
             template=f"{gen}.{tmpl}",
         )
     if _want(ctx, "ad_stitched") and ambiguous and ctx.rng.random() < 0.5:
-        _stitch(em, seed, hosts, loose, entity.modifier_terms(), hidden, noun_anchor, family, gen, senses)
+        stitch(
+            em,
+            seed,
+            hosts,
+            loose,
+            noun_anchor,
+            avoid_terms=entity.modifier_terms(),
+            hidden=hidden,
+            family=family,
+            template=gen,
+            senses=senses,
+        )
     _class_rows(em, seed, hosts, entity, question, family, unpinned)
     _document_rows(em, seed, hosts, _Loose(entity, question, loose, siblings, senses, gen, hidden, unpinned, verdict))
 
@@ -284,38 +295,4 @@ def _class_rows(
         )
     if _want(ctx, "ad_stitched"):
         hidden = set().union(*(e.modifier_terms() | terms(e.head) for e in family))
-        _stitch(em, seed, hosts, general, hidden, hidden, anchor, family, tmpl, [])
-
-
-def _stitch(
-    em: _Emitter,
-    seed: SeedTurn,
-    hosts: list[SeedTurn],
-    turn: str,
-    avoid: set[str],
-    hidden: set[str],
-    anchor: Anchor,
-    family: Sequence[Entity],
-    template: str,
-    senses: Sequence[str],
-) -> None:
-    """`ad_stitched`: `turn` after other conversations' dialogs (`per_seed.ad_stitched` of them) that mention
-    none of `avoid` (a topic switch that drops its subject), with a dialog's passages when none of them mentions
-    `hidden`."""
-    ctx = em.ctx
-    for _ in range(_want(ctx, "ad_stitched")):
-        host = _pick_host(seed, avoid, anchor, hosts, ctx, avoid=family)
-        if host is None:
-            return
-        clar, ctmpl = clarify_dialog(anchor, ctx.rng)
-        docs = [d for d in host.documents if not mentions_any(d.title + " " + d.text, hidden)]
-        docs = docs if len(docs) == len(host.documents) else []
-        em.both(
-            "ad_stitched",
-            host.messages[:-1],
-            turn,
-            _docs(docs, ctx),
-            clarification=clar,
-            template=f"{template}.{ctmpl}",
-            senses=senses,
-        )
+        stitch(em, seed, hosts, general, anchor, avoid_terms=hidden, hidden=hidden, family=family, template=tmpl)
