@@ -3,8 +3,6 @@ dialog), `ad_cut_before_referent` (dialog cut before the referent), `ad_stitched
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from clariedge.construct.core import (
     _Ctx,
     _cut_dialog,
@@ -16,7 +14,7 @@ from clariedge.construct.core import (
     stitch,
 )
 from clariedge.construct.text import anchored_referent, find_anchor, mentions_any, referent_terms, terms
-from clariedge.construct.wording import clarify_dialog, owner_kind
+from clariedge.construct.wording import clarify_dialog
 from clariedge.schema import Document, SeedTurn
 
 
@@ -29,8 +27,6 @@ def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
     anchored = anchored_referent(seed)
     ref = referent_terms(seed)
     anchor = find_anchor(seed.last_turn, seed.rewrite)
-    if anchor is not None and anchor.owner:
-        anchor = replace(anchor, owner_kind=owner_kind(seed.rewrite, anchor.text))
     if not anchored and not donor:
         ctx.skipped["dialog:referent_not_in_dialog"] += 1
         return

@@ -126,7 +126,6 @@ class Anchor:
     # a definite noun whose owner is what is missing ("the faster option" of which service?): the noun phrase as
     # typed ("faster option"), else ""
     owner: str = ""
-    owner_kind: str = ""  # what kind of thing the owner is ("plan", "company"), when known: "which plan ...?"
 
 
 def _context(turn: str, limit: int = 10) -> str:
