@@ -433,11 +433,18 @@ def test_a_first_turn_loses_what_ties_it_to_an_earlier_message() -> None:
         assert drop_openers(lead + "what does the pass cost?") == "what does the pass cost?", lead
 
 
-def test_no_first_turn_opens_with_a_lead_in(sample_rows: list[Example]) -> None:
+def test_no_first_turn_opens_with_a_lead_in_and_no_turn_with_two(sample_rows: list[Example]) -> None:
     alone = [r.last_turn for r in sample_rows if len(r.messages) == 1]
     assert alone and all(drop_openers(t) == t.strip() for t in alone), [
         t for t in alone if drop_openers(t) != t.strip()
     ][:5]
+    led = [
+        t[len(lead) :]
+        for t in (r.last_turn for r in sample_rows)
+        for lead in LEAD_INS
+        if t.lower().startswith(lead.lower())
+    ]
+    assert led and all(drop_openers(t) == t.strip() for t in led), [t for t in led if drop_openers(t) != t.strip()]
 
 
 def test_a_named_place_is_asked_about_by_its_noun() -> None:

@@ -63,7 +63,8 @@ def _surface(text: str, ctx: _Ctx, switch_ok: bool = True, after_dialog: bool = 
             i = allowed[rng.randrange(len(allowed))]
         first = text[:1]
         rest = text if (text[:2].isupper() or text.startswith("I ")) else first.lower() + text[1:]
-        text, _ = LEAD_INS[i] + rest, tags.append(f"lead{i}")
+        if drop_openers(text) == text:  # one opener is enough: not "ok so ok and is the hall ...?"
+            text, _ = LEAD_INS[i] + rest, tags.append(f"lead{i}")
     keep = text[:2].isupper() or text.startswith("I ")  # an acronym or "I" keeps its capital
     if rng.random() < cfg.lowercase_prob:
         text, _ = (text if keep else text[:1].lower() + text[1:]), tags.append("lc")
