@@ -32,7 +32,7 @@ from clariedge.construct import (
 )
 from clariedge.construct.reading import asks_something, drop_openers
 from clariedge.construct.text import owner_left_out
-from clariedge.construct.wording import LEAD_INS, clarify_dialog, clarify_documents
+from clariedge.construct.wording import CLARIFY, LEAD_INS, clarify_dialog, clarify_documents
 from clariedge.io import write_records
 from clariedge.schema import CATEGORIES, Document, Example, Message, SeedTurn, Source
 from clariedge.text import words
@@ -150,8 +150,16 @@ def check_labels(rows: list[Example], seeds: list[SeedTurn]) -> None:
             labels = {e.label for e in map(entity_of_title, titles) if e}
             assert set(r.interpretations) <= labels, where  # every interpretation has its documents
             named = {e.label: plain_label(e, docs_by_title) for e in map(entity_of_title, titles) if e}
-            said = set(words(r.clarification))  # and is named (a shared tail said once: "the child or the adult fee")
-            assert all(set(words(named[i])) <= said for i in r.interpretations), where
+            said = set(words(r.clarification))
+            kinds = {e.kind for e in map(entity_of_title, titles) if e and e.label in r.interpretations}
+            if kinds == {
+                "paren"
+            }:  # senses of one name, each named (a shared tail said once: "the child or the adult fee")
+                assert all(set(words(named[i])) <= said for i in r.interpretations), where
+            else:  # names sharing a class noun ("the Hudson River"): asked for by that noun, no list of titles
+                heads = {e.head for e in map(entity_of_title, titles) if e and e.label in r.interpretations}
+                assert kinds == {"suffix"} and ".clarify.noun." in prov.template, where
+                assert any(h in r.clarification.lower() for h in heads), where
             assert not any("(" in i and i in r.clarification for i in r.interpretations), where  # no title pasted
             for i in r.interpretations:  # the loose turn names none of them precisely
                 entity = next(e for e in map(entity_of_title, (d.title for d in r.documents)) if e and e.label == i)
@@ -509,6 +517,25 @@ def test_clarifications_read_as_a_person_asks() -> None:
         assert not re.match(r"the\b", text, re.I) and re.search(r"\b(which|what|could)\b", text, re.I), text
 
 
+def test_a_wording_bank_of_another_size_changes_only_the_wording(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A template added to a bank must not move every random choice made after it: replacing the owner
+    template "Sorry, the X of what?" (2026-12-06) reshuffled 250 of 663 published rows through the shared RNG."""
+    anchor = find_anchor(
+        "and the faster option, what's that cost", "How much does an Expedited restore cost on the plan?"
+    )
+    assert anchor is not None and anchor.owner
+    bank = list(CLARIFY["owner"])
+    for seed in range(50):
+        after = set()
+        for extra in (0, 1, 5):
+            monkeypatch.setitem(CLARIFY, "owner", [*bank, *["Which {phrase} is that?"] * extra])
+            rng = random.Random(seed)
+            clarify_dialog(anchor, rng)
+            clarify_documents(["the planet", "the element", "the god"], rng)
+            after.add(rng.random())
+        assert len(after) == 1, seed
+
+
 def test_a_noun_whose_owner_is_missing_asks_for_the_owner() -> None:
     # graded weak: "which option?" when the user said "the faster option" and what is missing is the service
     cases = {
@@ -547,10 +574,11 @@ def test_a_noun_whose_owner_is_missing_asks_for_the_owner() -> None:
         anchor = find_anchor(turn, rewrite)
         assert anchor is not None and (anchor.text, anchor.owner) == (noun, phrase), (turn, anchor)
         for seed in range(20):
-            text, tmpl = clarify_dialog(anchor, random.Random(seed))  # "the X of what?"
+            text, tmpl = clarify_dialog(anchor, random.Random(seed))  # "What do you mean by the X?"
             assert tmpl.startswith("clarify.owner.") and f"the {phrase}" in text.lower(), text
             assert not re.search(rf"\bwhich {noun}\b", text, re.I), text
-            assert not (noun == "money" and "money of what" in text), text  # a mass noun is not "part of" anything
+            # "Sorry, the margin of what?" and "I'm not sure what the rings refers to here" read as weak (2026-12-06)
+            assert "of what" not in text and "refers to" not in text, text
     # nothing the user did not say: the owner's kind from the hidden rewrite read as an assumption ("Which
     # instance's zone do you mean?", "Which plan's faster option do you mean?" graded bad, 2026-12-06), a guess
     # from the domain as a wrong one ("which product's lag?" after an admissions chat, 2026-12-05)

@@ -89,6 +89,8 @@ def test_methods_off_by_default_fail_the_gold_set(checker) -> None:
         ("g254", "not_ask"),  # a passport renewal's price with nobody else named: a reader takes the adult one
         ("g255", "ask"),  # ... but "for us" may include children
         ("g253", "not_ask"),  # "so, they have solved the problem.": a statement, nobody asks "which problem?"
+        ("g256", "not_ask"),  # "the cardinals" after a chat about the football draft: the NFL team, no cue word
+        ("g257", "ask"),  # ... but after a chat about sourdough, either team
     ],
 )
 def test_audit_cases(checker, gid: str, expected: str) -> None:

@@ -55,6 +55,7 @@ class RowChecker:
     dialog_max_similarity: float  # an open turn this close to the shown dialog may be resolved by it
     rewrite_max_similarity: float  # a turn this close to its human rewrite stands alone ("the cotton gin")
     passage_max_similarity: float  # a shown passage this close to an open turn may resolve it
+    sense_dialog_max_similarity: float  # a dialog this close to one sense's passages settles a shared name
 
     def similarity(self, a: str, b: str) -> float:
         return float(self.judge._vec(a) @ self.judge._vec(b))
@@ -158,6 +159,13 @@ def _verify_senses(
         lean = checker.judge.judge(" ".join(history[-2:]) + " " + turn, senses, terms(head))
         if lean.label == "answer":
             return SenseVerdict("unclear", None, f"the dialog leans to {lean.sense!r}")
+        # or its subject, with no cue word at all: "how many teams are there in football?" after a chat about
+        # the Premier League's relegation and points records was published as ask, offering American and women's
+        # football (2026-12-06). The whole dialog against each sense's passages
+        dialog = " ".join(history)
+        near, sense = max((checker.similarity(dialog, checker.judge.sense_text(s)), s) for s in senses)
+        if near >= checker.sense_dialog_max_similarity:
+            return SenseVerdict("unclear", None, f"the dialog is about {sense!r} (similarity {near:.2f})", margin=near)
     return verdict
 
 
@@ -207,6 +215,7 @@ def build_checker(
     dialog_max_similarity: float,
     rewrite_max_similarity: float,
     passage_max_similarity: float,
+    sense_dialog_max_similarity: float,
     embed_fn: EmbedFn | None = None,
 ) -> RowChecker:
     """The checker for a corpus: `conversations` maps each conversation to its texts (turns and passages)."""
@@ -239,6 +248,7 @@ def build_checker(
         dialog_max_similarity,
         rewrite_max_similarity,
         passage_max_similarity,
+        sense_dialog_max_similarity,
     )
 
 

@@ -55,6 +55,11 @@ class CheckConfig(StageConfig):
         le=1.0,
         description="an open turn this close (MiniLM) to a shown passage may be resolved by it: not made",
     )
+    sense_dialog_max_similarity: float = Field(
+        ge=-1.0,
+        le=1.0,
+        description="a dialog this close (MiniLM) to one sense's passages settles a shared name: not an ask row",
+    )
 
 
 class ConstructConfig(StageConfig):

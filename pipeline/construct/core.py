@@ -17,7 +17,7 @@ from clariedge.construct.entities import Entity
 from clariedge.construct.reading import drop_openers
 from clariedge.construct.senses import SenseJudge
 from clariedge.construct.text import Anchor, mentions_any, referent_terms, terms
-from clariedge.construct.wording import LEAD_INS, clarify_dialog
+from clariedge.construct.wording import LEAD_INS, clarify_dialog, pick
 from clariedge.io import Rejects, describe_validation_error
 from clariedge.schema import Document, Example, Message, Provenance, SeedTurn, Setting
 
@@ -57,10 +57,8 @@ def _surface(text: str, ctx: _Ctx, switch_ok: bool = True, after_dialog: bool = 
     rng, cfg, tags = ctx.rng, ctx.cfg, []
     text = text.strip()
     if rng.random() < cfg.lead_in_prob and after_dialog:
-        i = rng.randrange(len(LEAD_INS))
-        if not switch_ok and LEAD_INS[i] in TOPIC_SWITCHES:
-            allowed = [j for j, lead in enumerate(LEAD_INS) if lead not in TOPIC_SWITCHES]
-            i = allowed[rng.randrange(len(allowed))]
+        allowed = [j for j, lead in enumerate(LEAD_INS) if switch_ok or lead not in TOPIC_SWITCHES]
+        i = allowed[pick(rng, len(allowed))]
         first = text[:1]
         rest = text if (text[:2].isupper() or text.startswith("I ")) else first.lower() + text[1:]
         if drop_openers(text) == text:  # one opener is enough: not "ok so ok and is the hall ...?"

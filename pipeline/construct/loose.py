@@ -143,14 +143,16 @@ def _generalized_entity_rows(
             senses=senses,
         )
     _class_rows(em, seed, hosts, entity, question, family, unpinned)
-    _document_rows(em, seed, hosts, _Loose(entity, question, loose, siblings, senses, gen, hidden, unpinned, verdict))
+    lq = _Loose(entity, question, loose, siblings, senses, gen, hidden, unpinned, verdict, noun_anchor)
+    _document_rows(em, seed, hosts, lq)
 
 
 @dataclass(frozen=True)
 class _Loose:
     """A loose question and what its rows share: the entity it was made from, the precise question, the
     same-name siblings, the senses its meaning check reads, the template tag, the words that would pin it,
-    the dialog cut before them, and the turn's own sense verdict (None: no competing senses)."""
+    the dialog cut before them, the turn's own sense verdict (None: no competing senses), and the shared noun as
+    the turn writes it."""
 
     entity: Entity
     question: str
@@ -161,6 +163,7 @@ class _Loose:
     hidden: set[str]
     unpinned: list[Message]
     verdict: SenseVerdict | None
+    anchor: Anchor
 
     @property
     def ambiguous(self) -> bool:
@@ -202,7 +205,13 @@ def _document_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn], lq: _Loo
         if i < _want(ctx, "adoc_entity_collision") and shown is not None and shown.label == "ask":
             ctx.rng.shuffle(covered)
             labels = [e.label for e in covered]
-            clar, tmpl = clarify_documents([plain_label(e, ctx.docs_by_title) for e in covered], ctx.rng)
+            if entity.kind == "paren":  # the senses of one name: named in plain words ("the planet or the element?")
+                clar, tmpl = clarify_documents([plain_label(e, ctx.docs_by_title) for e in covered], ctx.rng)
+            else:
+                # names that share a class noun ("the Hudson River", "the Amazon River"): ask for the name, as the
+                # dialog rows do. Four retrieved rivers listed after a chat about bin collection read as random
+                # picks, and "American football or Women's association football?" as titles pasted (bad, 2026-12-06)
+                clar, tmpl = clarify_dialog(lq.anchor, ctx.rng)
             em.emit(
                 "adoc_entity_collision",
                 "post_retrieval",

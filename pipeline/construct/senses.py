@@ -154,11 +154,11 @@ class SenseJudge:
     def _embed_one(self, text: str) -> np.ndarray:
         return self._embed_fn([text])[0]  # one text a call: the same vector whatever else is embedded
 
-    def _sense_text(self, title: str) -> str:
+    def sense_text(self, title: str) -> str:
         return " ".join([title, *(d.text for d in self.docs_by_title.get(title, []))])
 
     def _vocab_of(self, title: str) -> frozenset[str]:
-        return frozenset(terms(self._sense_text(title)))
+        return frozenset(terms(self.sense_text(title)))
 
     def judge(self, turn: str, senses: Sequence[str], name_terms: set[str], retrieved: bool = False) -> SenseVerdict:
         """`turn` asks about a name shared by `senses` (titles); `name_terms` are the shared name's terms;
@@ -182,7 +182,7 @@ class SenseJudge:
         cued = [s for s in senses if cues[s]]
         unsupported = sorted(t for t in content if not any(t in v for v in vocab.values()))
         q = self._vec(turn)
-        sims = sorted(((float(self._vec(self._sense_text(s)) @ q), s) for s in senses), reverse=True)
+        sims = sorted(((float(self._vec(self.sense_text(s)) @ q), s) for s in senses), reverse=True)
         margin = round(sims[0][0] - sims[1][0], 4)
         top = sims[0][1]
         if not content:
