@@ -84,7 +84,6 @@ def _generalized_entity_rows(
     if verdict is not None and verdict.label == "answer" and verdict.sense != entity.title:
         ctx.rejects.add("sense_conflict", seed.id, f"the turn picks {verdict.sense}, not {entity.title}", loose)
         return
-    ambiguous = verdict is None or verdict.label == "ask"
 
     # hard negative: the dialog named this entity and no sibling, so the loose question is resolved
     named = [e for e in family if any(e.mentioned_in(m.content) for m in history)]
@@ -102,48 +101,15 @@ def _generalized_entity_rows(
     # ambiguous in the dialog: nothing before the loose question names any entity of the family
     hidden = set().union(*(e.modifier_terms() for e in family))
     unpinned = _cut_dialog(history, hidden, family)
+    lq = _Loose(entity, question, loose, siblings, senses, gen, hidden, unpinned, verdict, noun_anchor)
     if _want(ctx, "hn_turn_resolves") and verdict is not None and verdict.label == "answer":
         # looks open (the name alone), but the turn's own words pick the sense: before retrieval and with
         # documents about several senses alike, a reader answers
         docs = _mixed_docs(ctx, entity, siblings, seed)[0]
         em.both("hn_turn_resolves", unpinned, loose, docs, resolution=question, template=f"{gen}.cue", senses=senses)
-    if ambiguous and siblings and named_in_full(loose, display_head(entity, ctx.docs_by_title)):
-        # with nothing showing its variants, a reader answers "the Continental Rail Pass" rather than asks which one
-        ctx.skipped["ad_generalized_unpinned:full_product_name"] += 1
-        ambiguous = False
-    if _want(ctx, "ad_generalized_unpinned") and ambiguous:
-        if siblings and entity.kind == "paren":  # a closed set of senses: name them ("the adult or the child ...?")
-            shown = family[: ctx.cfg.max_interpretations]
-            ctx.rng.shuffle(shown)
-            labels = [e.label for e in shown]  # the titles' readings; the question names them in plain words
-            clar, tmpl = clarify_documents([plain_label(e, ctx.docs_by_title) for e in shown], ctx.rng, retrieved=False)
-        else:
-            labels, (clar, tmpl) = [], clarify_dialog(noun_anchor, ctx.rng)
-        em.both(
-            "ad_generalized_unpinned",
-            unpinned,
-            loose,
-            _unrelated_docs(seed, loose, hidden | terms(entity.head), ctx),
-            clarification=clar,
-            interpretations=labels,
-            senses=senses,
-            template=f"{gen}.{tmpl}",
-        )
-    if _want(ctx, "ad_stitched") and ambiguous and ctx.rng.random() < 0.5:
-        stitch(
-            em,
-            seed,
-            hosts,
-            loose,
-            noun_anchor,
-            avoid_terms=entity.modifier_terms(),
-            hidden=hidden,
-            family=family,
-            template=gen,
-            senses=senses,
-        )
+    if lq.ambiguous:
+        _open_rows(em, seed, hosts, lq)
     _class_rows(em, seed, hosts, entity, question, family, unpinned)
-    lq = _Loose(entity, question, loose, siblings, senses, gen, hidden, unpinned, verdict, noun_anchor)
     _document_rows(em, seed, hosts, lq)
 
 
@@ -168,6 +134,48 @@ class _Loose:
     @property
     def ambiguous(self) -> bool:
         return self.verdict is None or self.verdict.label == "ask"
+
+
+def _open_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn], lq: _Loose) -> None:
+    """A loose question that nothing pins: after its own dialog cut before the name (`ad_generalized_unpinned`),
+    and half the time after another conversation's dialog (`ad_stitched`)."""
+    ctx, entity, siblings = em.ctx, lq.entity, lq.siblings
+    family = [entity, *siblings]
+    if siblings and named_in_full(lq.loose, display_head(entity, ctx.docs_by_title)):
+        # with nothing showing its variants, a reader answers "the Continental Rail Pass" rather than asks which one
+        ctx.skipped["ad_generalized_unpinned:full_product_name"] += 1
+        return
+    if _want(ctx, "ad_generalized_unpinned"):
+        if siblings and entity.kind == "paren":  # a closed set of senses: name them ("the adult or the child ...?")
+            shown = family[: ctx.cfg.max_interpretations]
+            ctx.rng.shuffle(shown)
+            labels = [e.label for e in shown]  # the titles' readings; the question names them in plain words
+            clar, tmpl = clarify_documents([plain_label(e, ctx.docs_by_title) for e in shown], ctx.rng, retrieved=False)
+        else:
+            labels, (clar, tmpl) = [], clarify_dialog(lq.anchor, ctx.rng)
+        em.both(
+            "ad_generalized_unpinned",
+            lq.unpinned,
+            lq.loose,
+            _unrelated_docs(seed, lq.loose, lq.hidden | terms(entity.head), ctx),
+            clarification=clar,
+            interpretations=labels,
+            senses=lq.senses,
+            template=f"{lq.gen}.{tmpl}",
+        )
+    if _want(ctx, "ad_stitched") and ctx.rng.random() < 0.5:
+        stitch(
+            em,
+            seed,
+            hosts,
+            lq.loose,
+            lq.anchor,
+            avoid_terms=entity.modifier_terms(),
+            hidden=lq.hidden,
+            family=family,
+            template=lq.gen,
+            senses=lq.senses,
+        )
 
 
 def _document_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn], lq: _Loose) -> None:
