@@ -152,9 +152,8 @@ def check_labels(rows: list[Example], seeds: list[SeedTurn]) -> None:
             named = {e.label: plain_label(e, docs_by_title) for e in map(entity_of_title, titles) if e}
             said = set(words(r.clarification))
             kinds = {e.kind for e in map(entity_of_title, titles) if e and e.label in r.interpretations}
-            if kinds == {
-                "paren"
-            }:  # senses of one name, each named (a shared tail said once: "the child or the adult fee")
+            # senses of one name, each named (a shared tail said once: "the child or the adult fee")
+            if kinds == {"paren"}:
                 assert all(set(words(named[i])) <= said for i in r.interpretations), where
             else:  # names sharing a class noun ("the Hudson River"): asked for by that noun, no list of titles
                 heads = {e.head for e in map(entity_of_title, titles) if e and e.label in r.interpretations}

@@ -150,7 +150,7 @@ def _open_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn], lq: _Loose) 
             shown = family[: ctx.cfg.max_interpretations]
             ctx.rng.shuffle(shown)
             labels = [e.label for e in shown]  # the titles' readings; the question names them in plain words
-            clar, tmpl = clarify_documents([plain_label(e, ctx.docs_by_title) for e in shown], ctx.rng, retrieved=False)
+            clar, tmpl = _ask_which(ctx, shown, lq.anchor, retrieved=False)
         else:
             labels, (clar, tmpl) = [], clarify_dialog(lq.anchor, ctx.rng)
         em.both(
@@ -213,13 +213,7 @@ def _document_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn], lq: _Loo
         if i < _want(ctx, "adoc_entity_collision") and shown is not None and shown.label == "ask":
             ctx.rng.shuffle(covered)
             labels = [e.label for e in covered]
-            if entity.kind == "paren":  # the senses of one name: named in plain words ("the planet or the element?")
-                clar, tmpl = clarify_documents([plain_label(e, ctx.docs_by_title) for e in covered], ctx.rng)
-            else:
-                # names that share a class noun ("the Hudson River", "the Amazon River"): ask for the name, as the
-                # dialog rows do. Four retrieved rivers listed after a chat about bin collection read as random
-                # picks, and "American football or Women's association football?" as titles pasted (bad, 2026-12-06)
-                clar, tmpl = clarify_dialog(lq.anchor, ctx.rng)
+            clar, tmpl = _ask_which(ctx, covered, lq.anchor, retrieved=True)
             em.emit(
                 "adoc_entity_collision",
                 "post_retrieval",
@@ -241,6 +235,16 @@ def _document_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn], lq: _Loo
                 senses=lq.senses,
                 template=f"specific.{entity.kind}",
             )
+
+
+def _ask_which(ctx: _Ctx, shown: Sequence[Entity], anchor: Anchor, retrieved: bool) -> tuple[str, str]:
+    """The clarification for a loose question about the entities `shown`: the senses of one name are named in
+    plain words ("the planet or the element?"); names that only share a class noun ("the Hudson River", "the
+    Amazon River") are asked for by that noun. Four retrieved rivers listed after a chat about bin collection read
+    as random picks, and "American football or Women's association football?" as titles pasted (bad, 2026-12-06)."""
+    if shown[0].kind == "paren":
+        return clarify_documents([plain_label(e, ctx.docs_by_title) for e in shown], ctx.rng, retrieved=retrieved)
+    return clarify_dialog(anchor, ctx.rng)
 
 
 def _mixed_docs(
