@@ -22,7 +22,7 @@ lint: setup
 	.venv/bin/ruff check . && .venv/bin/ruff format --check .
 
 bench: setup
-	for b in bench/bench_*.py; do echo "== $$b"; .venv/bin/python $$b || exit 1; done
+	for b in bench/bench_*.py; do echo "== $$b"; .venv/bin/python -m bench.$$(basename $$b .py) || exit 1; done
 
 argilla-up:
 	bash scripts/argilla.sh install && bash scripts/argilla.sh up

@@ -8,7 +8,7 @@
    on 10,000 rows made from the real ones by copying conversations under new ids. Their texts repeat,
    so the features come from the embedding cache; the cold embedding throughput is measured apart.
 
-Usage: .venv/bin/python bench/bench_clean.py [--mtrag ../shared/data/mtrag] [--rows 10000]
+Usage: .venv/bin/python -m bench.bench_clean [--mtrag ../shared/data/mtrag] [--rows 10000]
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import tracemalloc
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
 
 
 def real_rows(mtrag: Path, seed: int):
@@ -39,9 +38,8 @@ def real_rows(mtrag: Path, seed: int):
 
 
 def noise_detection(rows, features, fractions, seed: int, cfg) -> None:
-    from make_examples import plant_flips
-
     from clariedge.clean import transform
+    from tests.make_examples import plant_flips
 
     print(f"\n## noise detection ({len(rows)} construct rows from MTRAG, label needs_clarification)")
     print("| flips | cap | flagged | precision | recall | cv accuracy |")

@@ -1,6 +1,6 @@
 """Benchmark: the offline `construct` backend on the full shared MTRAG data -> rows/s (prints numbers).
 
-Run: `.venv/bin/python bench/bench_construct.py [MTRAG_DIR]` (default `../shared/data/mtrag`). Skips with a
+Run: `.venv/bin/python -m bench.bench_construct [MTRAG_DIR]` (default `../shared/data/mtrag`). Skips with a
 message where the data is absent. The shallow-separability report is timed separately, since it fits
 sklearn models and is not part of the construction itself.
 """

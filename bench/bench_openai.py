@@ -5,7 +5,7 @@ The server (tests/openai_stub.py) runs in its own process, as a real one would. 
 and the speedup over concurrency 1 (goal: >= 12x at 16), then re-runs the last batch with the warm
 cache and prints how many calls the server received (goal: 0).
 
-    .venv/bin/python bench/bench_openai.py [--latency 0.2] [--levels 1 4 16 64]
+    .venv/bin/python -m bench.bench_openai [--latency 0.2] [--levels 1 4 16 64]
 """
 
 from __future__ import annotations

@@ -1,20 +1,18 @@
 """Benchmark: a cold `dvc repro` of the whole pipeline on the default params (bundled sample), stage by
 stage (wall time, peak RAM), then the no-op re-run. Prints a table; this is what the README reports.
 
-Usage: .venv/bin/python bench/bench_pipeline.py [--keep DIR] [--lock-to PATH]
+Usage: .venv/bin/python -m bench.bench_pipeline [--keep DIR] [--lock-to PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pipeline_run import copy_project, ran_stages, repro, repro_by_stage  # noqa: E402
+from bench.pipeline_run import copy_project, ran_stages, repro, repro_by_stage
 
 
 def main() -> None:

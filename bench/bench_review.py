@@ -2,7 +2,7 @@
 
 Needs a running server (`scripts/argilla.sh up`); URL and key from ARGILLA_API_URL / ARGILLA_API_KEY
 (defaults: the local stack). Uses a throwaway dataset, deleted at the end. Prints the numbers; asserts
-nothing about speed. Run: `.venv/bin/python bench/bench_review.py [--records 2000] [--batch-size 100]`.
+nothing about speed. Run: `.venv/bin/python -m bench.bench_review [--records 2000] [--batch-size 100]`.
 """
 
 from __future__ import annotations
@@ -14,12 +14,9 @@ import time
 import uuid
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from review_examples import make_examples  # noqa: E402
-
 from clariedge.annotation import review as R  # noqa: E402
 from clariedge.config import load_section  # noqa: E402
+from tests.review_examples import make_examples
 
 
 def main() -> int:

@@ -5,7 +5,7 @@ examples built from the bundled sample with the construct backend) and prints to
 step, peak RAM and the process's CPU seconds (on a busy shared machine, tokens per CPU-second x cores
 estimates the unloaded speed). Also times first-token classification (the evaluate path) on the same rows.
 
-    .venv/bin/python bench/bench_train.py --steps 6 --batch-size 8 --max-length 256
+    .venv/bin/python -m bench.bench_train --steps 6 --batch-size 8 --max-length 256
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Measured 2026-12-06: MTRAG-UN AUC 0.60 with one stitched host per turn, 0.67 wit
 trained on the three-host data did not improve (docs/training.md, "Tried 2026-12-06"); Abg-CoQA and PACIFIC,
 whose asks depend on the documents, stay near chance either way.
 
-Run: `.venv/bin/python bench/probe_data.py [TRAIN_PARQUET] [SET.jsonl ...]` (defaults: the published train
+Run: `.venv/bin/python -m bench.probe_data [TRAIN_PARQUET] [SET.jsonl ...]` (defaults: the published train
 split and `../shared/data/realdev/*.jsonl`; skips with a message where they are absent).
 """
 

@@ -1,9 +1,9 @@
 """Print the resilience figures: the bad-input corpus through the real CLI, kill -9 of synthesis, Argilla stopped
 mid-push, and a scan of every output, log, dvc.lock and metrics file for the API key.
 
-    .venv/bin/python bench/resilience.py            # everything (Argilla part only when its server is up)
-    .venv/bin/python bench/resilience.py --cases    # also one line per case (kind, exit code, what was said)
-    .venv/bin/python bench/resilience.py --keep     # keep the work folder (every case's files and logs)
+    .venv/bin/python -m bench.resilience            # everything (Argilla part only when its server is up)
+    .venv/bin/python -m bench.resilience --cases    # also one line per case (kind, exit code, what was said)
+    .venv/bin/python -m bench.resilience --keep     # keep the work folder (every case's files and logs)
 
 Exits non-zero when a figure misses its target (any traceback, lost row, vague error, re-spent call,
 duplicate or leak). tests/test_resilience.py asserts the same cases one by one.
@@ -18,11 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-
-from resilience import corpus as C  # noqa: E402
-from resilience import scenarios as S  # noqa: E402
+from tests.resilience import corpus as C
+from tests.resilience import scenarios as S
 
 
 def main() -> int:

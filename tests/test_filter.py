@@ -252,9 +252,6 @@ def test_cli_writes_outputs_and_stats(tmp_path: Path) -> None:
 
 def test_judge_drops_what_the_llm_rejects(tmp_path: Path) -> None:
     pytest.importorskip("openai")
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent))
     from openai_stub import Behaviour, OpenAIStub
 
     def rule(hit: int, body: dict) -> Behaviour:

@@ -8,14 +8,13 @@ import csv
 import io
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from bench.pipeline_run import copy_project, env, ran_stages, repro, run_cmd, set_params
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-from pipeline_run import copy_project, env, ran_stages, repro, run_cmd, set_params  # noqa: E402
 
 # Few rows and steps: the point is that every stage runs and wires into the next, not model quality.
 TINY = {

@@ -53,7 +53,7 @@ def _cached(path: Path) -> int:
 # kill -9 of synthesis, then a re-run
 # ---------------------------------------------------------------------------------------------
 def kill9_resume(workdir: Path, pools: Pools, *, max_seeds: int = 10, kill_after: int = 8) -> dict[str, Any]:
-    from openai_stub import OpenAIStub
+    from tests.openai_stub import OpenAIStub
 
     d = workdir / "kill9"
     (d / "logs").mkdir(parents=True, exist_ok=True)
@@ -111,7 +111,7 @@ PROJECT_PARTS = (
 
 def dvc_repro_with_key(workdir: Path, *, max_seeds: int = 6) -> dict[str, Any]:
     """`dvc repro synthesize` (ingest + synthesize of the project's dvc.yaml) in a copy of the project."""
-    from openai_stub import OpenAIStub
+    from tests.openai_stub import OpenAIStub
 
     d = workdir / "dvc_repro"
     d.mkdir(parents=True, exist_ok=True)
