@@ -26,7 +26,8 @@ def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
     donor = is_donor(seed)  # no dialog of its own: only the rows that place the turn elsewhere
     anchored = anchored_referent(seed)
     ref = referent_terms(seed)
-    anchor = find_anchor(seed.last_turn, seed.rewrite)
+    said = [m.content for m in seed.messages[:-1]] + [d.text for d in seed.documents]
+    anchor = find_anchor(seed.last_turn, seed.rewrite, " ".join(said))
     if not anchored and not donor:
         ctx.skipped["dialog:referent_not_in_dialog"] += 1
         return

@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import takewhile
 from typing import Literal
 
 from clariedge.schema import SeedTurn
@@ -153,7 +152,9 @@ _DEICTIC_HERE = re.compile(
 )
 
 
-def find_anchor(turn: str, rewrite: str | None) -> Anchor | None:
+def find_anchor(turn: str, rewrite: str | None, context: str = "") -> Anchor | None:
+    """What in `turn` points outside it. `context` is what the conversation itself says besides the turn (its
+    dialog and passages): it tells a compound noun ("the soft play") from a noun and a verb ("the shop take")."""
     toks = words(turn)
     if not toks:
         return None
@@ -185,7 +186,7 @@ def find_anchor(turn: str, rewrite: str | None) -> Anchor | None:
             noun = nxt
             for j, r in enumerate(rw[1:], start=1):
                 if stem(r) == stem(noun) and stem(rw[j - 1]) in added:
-                    return _noun_anchor(turn, rewrite, noun)
+                    return _noun_anchor(turn, rewrite, noun, context)
     for w in toks:
         if w in PRONOUNS:
             if w == "that" and not re.search(r"\bthat\b\s*(\?|$|is|was|mean|one|work|apply|cost)", turn, re.I):
@@ -202,33 +203,36 @@ def find_anchor(turn: str, rewrite: str | None) -> Anchor | None:
             # itself, and that noun is what is unresolved
             m = re.search(rf"\bthe\s+(?:[a-z-]+\s+)?([a-z]{{3,}})\s*,[^.?!]*?\b{re.escape(w)}\b", turn, re.I)
             if m and w in ("it", "that", "this") and m.group(1).lower() not in STOP:
-                return _noun_anchor(turn, rewrite, m.group(1).lower())
+                return _noun_anchor(turn, rewrite, m.group(1).lower(), context)
             return Anchor(PRONOUNS[w], w, _context(turn))  # type: ignore[arg-type]
     if ELLIPSIS_START.match(turn) or len(toks) <= 4:
         return Anchor("ellipsis", _fragment(turn), _fragment(turn))
     return None
 
 
-def _noun_anchor(turn: str, rewrite: str | None, noun: str) -> Anchor:
+def _noun_anchor(turn: str, rewrite: str | None, noun: str, context: str) -> Anchor:
+    noun = compound(noun, turn, context)
     owner = ""
-    if owner_left_out(rewrite, noun):
+    if owner_left_out(rewrite, noun.split()[-1]):
         m = re.search(rf"\b(?:the|this|that|these|those)\s+((?:[a-z-]+\s+){{0,2}}?{re.escape(noun)})\b", turn, re.I)
-        owner = _with_compound(m.group(1).lower() if m else noun, turn, rewrite or "")
+        owner = m.group(1).lower() if m else noun
     return Anchor("noun", noun, _context(turn), owner)
 
 
-def _with_compound(phrase: str, turn: str, rewrite: str) -> str:
-    """The noun phrase with up to two words that follow it in both the turn and the rewrite: "the powertrain" ->
-    "powertrain warranty", "the final" -> "final dividend" (but not "the delay eat": the rewrite has no "delay eat")."""
-    t, r = words(turn), words(rewrite)
-    last = phrase.split()[-1]
-    for i in (i for i, w in enumerate(t) if w == last):
-        for j in (j for j, w in enumerate(r) if w == last):
-            pairs = zip(t[i + 1 : i + 3], r[j + 1 : j + 3], strict=False)
-            shared = [a for a, _ in takewhile(lambda ab: ab[0] == ab[1] and ab[0] not in STOP, pairs)]
-            if shared:
-                return " ".join([phrase, *shared])
-    return phrase
+def compound(noun: str, turn: str, context: str) -> str:
+    """`noun` with up to two words that follow it in the turn, where the conversation itself (`context`: its dialog
+    and passages) says them together: "the soft play" -> "soft play", "the audiology centre" -> "audiology centre"
+    (the dialog named "the Jungle Den soft play", "the Callow Street audiology centre"), but "does the shop take
+    cards" keeps "shop". The rewrite cannot tell: it copies the words of the turn that follow the noun."""
+    t, said = words(turn), f" {' '.join(words(context))} "
+    if noun not in t:
+        return noun
+    phrase = [noun]
+    for w in t[t.index(noun) + 1 : t.index(noun) + 3]:
+        if w in STOP or w in _VERBS or w in _NOT_NOUNS or not w.isalpha() or f" {phrase[-1]} {w} " not in said:
+            break
+        phrase.append(w)
+    return " ".join(phrase)
 
 
 _CONNECTORS = frozenset({"for", "of", "de", "and"})
@@ -245,7 +249,8 @@ def owner_left_out(rewrite: str | None, noun: str) -> bool:
     it is: "the faster option" -> "an Expedited restore on the Nimbus Archive plan" (the noun is gone), "the
     margin" -> "the Corvane Energy segment's operating margin" (a name apart from the noun's own name). Then
     "which option?" asks about the wrong word: what is missing is the thing the noun belongs to. "the plan" ->
-    "the Nimbus Lite plan" names the plan itself."""
+    "the Nimbus Lite plan" names the plan itself, and so does "the Juniper spa" beside another name ("Silverpine
+    Rewards points ... at the Juniper spa": "What do you mean by the spa?" read as weak, 2026-12-06)."""
     toks = cased_words(rewrite or "")
     if not toks:
         return False
@@ -266,6 +271,8 @@ def owner_left_out(rewrite: str | None, noun: str) -> bool:
         while end < len(toks) and toks[end][:1].isupper():
             end += 1
     own = range(i + 1, end)
+    if any(toks[k][:1].isupper() for k in own):
+        return False  # the noun has a name of its own ("the Juniper spa at ..."): "which spa?" is answered by it
     return any(w[:1].isupper() and k > 0 and k not in own and not _placed(toks, k) for k, w in enumerate(toks))
 
 
