@@ -75,11 +75,19 @@ def _mentioned(senses: Sequence[str], text: str, loose: bool = False) -> list[st
     return out
 
 
-def _introduced(turn: str, phrase: str) -> bool:
-    """Whether a statement before the question holds `phrase` ("The lease is for 12 months. Can they put the
-    rent up?"): the user introduces the thing as their own, and asking "which lease?" misses the point."""
+_OWN_THING = re.compile(r"\b(?:the|my|our)\s+[a-z][a-z-]+", re.I)
+
+
+def _introduced(turn: str) -> str | None:
+    """The thing a statement before the question describes ("The lease is for 12 months. Can they put the rent
+    up?" -> "The lease"): the user speaks of their own situation, and a general answer fits; asking "which lease?"
+    or "which rent?" misses the point. Any definite noun there counts, not only the one the check finds open: the
+    open one ("the rent") depends on corpus statistics that move when conversations are added (2026-12-06)."""
     sentences = re.split(r"(?<=[.!])\s+", turn.strip())
-    return len(sentences) > 1 and phrase.lower() in sentences[0].lower()
+    if len(sentences) < 2:  # the first ends on "." or "!": a statement
+        return None
+    m = _OWN_THING.search(sentences[0])
+    return m.group(0) if m else None
 
 
 def verify(
@@ -186,8 +194,8 @@ def _verify_open(
         # only a pronoun points outside, after a dialog: a reader attaches it to that dialog's topic or reads
         # the turn's other words ("does paying it off before the statement help my score too"), not asks
         return SenseVerdict("unclear", None, f"a pronoun after a dialog: {anchor.text!r}")
-    if definite and _introduced(turn, definite):
-        return SenseVerdict("unclear", None, f"the user describes {definite!r} first: it is theirs")
+    if described := _introduced(turn):
+        return SenseVerdict("unclear", None, f"the user describes {described!r} first: it is theirs")
     # the turn's other words (not the open reference's own) must not name its topic
     rest = re.sub(rf"\b{re.escape(definite)}\b", " ", turn, flags=re.I) if definite else turn
     named = names_own_topic(rest, checker.names, checker.generic, checker.rare)

@@ -29,6 +29,7 @@ _PAREN = re.compile(r"^(?P<name>.+?)\s*\((?P<dis>[^()]+)\)$")
 _BAD_TITLE_START = re.compile(r"^(list|lists|comparison|history|timeline|outline|index|glossary) of\b", re.I)
 _CAP = r"(?:[A-Z][\w'’&.-]*|\d[\w.]*)"
 _GENERIC_STEMS = frozenset(stem(h) for h in GENERIC_HEADS)
+_HEAD_AFTER = re.compile(rf"\s+(?i:{'|'.join(sorted(GENERIC_HEADS, key=len, reverse=True))})s?\b")
 _LEX_MENTION = re.compile(
     rf"\b(?P<mod>{_CAP}(?:\s+{_CAP})*)\s+(?P<head>(?i:{'|'.join(sorted(GENERIC_HEADS, key=len, reverse=True))})s?)\b"
 )
@@ -154,6 +155,8 @@ def text_entities(text: str) -> list[Entity]:
             continue  # part of a longer name: "Defense of Marriage Act", "Cloud Functions SDK"
         if before and not before[-1].isspace() and before[-1] not in "(\"'“‘":
             continue  # inside a token: the "000 credit" of "$5,000 credit limit"
+        if _HEAD_AFTER.match(after):
+            continue  # the head modifies another: "Hensby Libraries' book club sets" is no book ("Which book?", bad)
         mod = m["mod"].strip().split()
         while mod and (mod[0].lower() in STOP or mod[0].lower() in _DETERMINERS):
             mod = mod[1:]  # a sentence-initial question word is not a modifier

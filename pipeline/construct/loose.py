@@ -137,8 +137,10 @@ class _Loose:
 
 
 def _open_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn], lq: _Loose) -> None:
-    """A loose question that nothing pins: after its own dialog cut before the name (`ad_generalized_unpinned`),
-    and half the time after another conversation's dialog (`ad_stitched`)."""
+    """A loose question that nothing pins: alone (`ad_generalized_unpinned`), and half the time after another
+    conversation's dialog (`ad_stitched`). Not after its own dialog cut before the name: that dialog can name
+    another thing of the kind ("does the company put on shows for families?" after a chat about Kelbridge Opera's
+    season was answered by a blind reader, 2026-12-06), as `ad_cut_before_referent` showed for pronouns."""
     ctx, entity, siblings = em.ctx, lq.entity, lq.siblings
     family = [entity, *siblings]
     if siblings and named_in_full(lq.loose, display_head(entity, ctx.docs_by_title)):
@@ -155,7 +157,7 @@ def _open_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn], lq: _Loose) 
             labels, (clar, tmpl) = [], clarify_dialog(lq.anchor, ctx.rng)
         em.both(
             "ad_generalized_unpinned",
-            lq.unpinned,
+            [],
             lq.loose,
             _unrelated_docs(seed, lq.loose, lq.hidden | terms(entity.head), ctx),
             clarification=clar,

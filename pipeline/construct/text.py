@@ -213,7 +213,7 @@ def find_anchor(turn: str, rewrite: str | None, context: str = "") -> Anchor | N
 def _noun_anchor(turn: str, rewrite: str | None, noun: str, context: str) -> Anchor:
     noun = compound(noun, turn, context)
     owner = ""
-    if owner_left_out(rewrite, noun.split()[-1]):
+    if owner_left_out(rewrite, noun.split()[0]):
         m = re.search(rf"\b(?:the|this|that|these|those)\s+((?:[a-z-]+\s+){{0,2}}?{re.escape(noun)})\b", turn, re.I)
         owner = m.group(1).lower() if m else noun
     return Anchor("noun", noun, _context(turn), owner)
@@ -221,17 +221,22 @@ def _noun_anchor(turn: str, rewrite: str | None, noun: str, context: str) -> Anc
 
 def compound(noun: str, turn: str, context: str) -> str:
     """`noun` with up to two words that follow it in the turn, where the conversation itself (`context`: its dialog
-    and passages) says them together: "the soft play" -> "soft play", "the audiology centre" -> "audiology centre"
+    and passages) says them together: "the soft play" -> "soft play", "the park and ride" -> "park and ride"
     (the dialog named "the Jungle Den soft play", "the Callow Street audiology centre"), but "does the shop take
     cards" keeps "shop". The rewrite cannot tell: it copies the words of the turn that follow the noun."""
     t, said = words(turn), f" {' '.join(words(context))} "
     if noun not in t:
         return noun
+    i = t.index(noun) + 1
     phrase = [noun]
-    for w in t[t.index(noun) + 1 : t.index(noun) + 3]:
-        if w in STOP or w in _VERBS or w in _NOT_NOUNS or not w.isalpha() or f" {phrase[-1]} {w} " not in said:
+    while i < len(t) and len(phrase) < 3:
+        w = t[i : i + 2] if t[i] in _CONNECTORS else t[i : i + 1]  # "the park and ride": a connector inside a name
+        if w[-1] in STOP or w[-1] in _VERBS or w[-1] in _NOT_NOUNS or not w[-1].isalpha():
             break
-        phrase.append(w)
+        if f" {' '.join([phrase[-1], *w])} " not in said:
+            break
+        phrase += w
+        i += len(w)
     return " ".join(phrase)
 
 
