@@ -79,7 +79,7 @@ EXPECTED_CELLS = {(c, s) for c in CATEGORIES for s in ("pre_retrieval", "post_re
 
 def test_sample_covers_every_category_and_setting(sample_rows: list[Example]) -> None:
     assert _cells(sample_rows) == EXPECTED_CELLS
-    assert 400 <= len(sample_rows) <= 3000  # every method on, 768 sample turns: 2,234 rows (2026-12-06)
+    assert 400 <= len(sample_rows) <= 3000  # every method on: 2,234 rows with data/sample_more added (2026-12-06)
 
 
 def test_mtrag_covers_every_category_and_setting(mtrag_rows: list[Example]) -> None:

@@ -78,8 +78,13 @@ def test_whole_folder_merges_sources_into_one_table(mtrag_dir: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_bundled_sample_has_what_later_stages_need(sample_dir: Path) -> None:
-    seeds, rejects, stats = transform([sample_dir])
+@pytest.mark.parametrize("extra", [False, True], ids=["sample", "sample_more"])
+def test_bundled_sample_has_what_later_stages_need(sample_dir: Path, extra: bool) -> None:
+    # data/sample_more is read only when params name it; read alone and beside data/sample, nothing is rejected
+    # (a passage id it shared with data/sample would have to carry the same text)
+    folder = sample_dir.parent / "sample_more" if extra else sample_dir
+    assert len(transform([sample_dir, folder])[1]) == 0
+    seeds, rejects, stats = transform([folder])
     assert len(rejects) == 0
     convs: dict[str, list[SeedTurn]] = {}
     for s in seeds:
