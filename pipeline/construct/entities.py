@@ -29,10 +29,9 @@ _PAREN = re.compile(r"^(?P<name>.+?)\s*\((?P<dis>[^()]+)\)$")
 _BAD_TITLE_START = re.compile(r"^(list|lists|comparison|history|timeline|outline|index|glossary) of\b", re.I)
 _CAP = r"(?:[A-Z][\w'’&.-]*|\d[\w.]*)"
 _GENERIC_STEMS = frozenset(stem(h) for h in GENERIC_HEADS)
-_HEAD_AFTER = re.compile(rf"\s+(?i:{'|'.join(sorted(GENERIC_HEADS, key=len, reverse=True))})s?\b")
-_LEX_MENTION = re.compile(
-    rf"\b(?P<mod>{_CAP}(?:\s+{_CAP})*)\s+(?P<head>(?i:{'|'.join(sorted(GENERIC_HEADS, key=len, reverse=True))})s?)\b"
-)
+_HEADS = "|".join(sorted(GENERIC_HEADS, key=len, reverse=True))
+_HEAD_AFTER = re.compile(rf"\s+(?i:{_HEADS})s?\b")  # a head right after another: "book club sets"
+_LEX_MENTION = re.compile(rf"\b(?P<mod>{_CAP}(?:\s+{_CAP})*)\s+(?P<head>(?i:{_HEADS})s?)\b")
 
 
 @dataclass(frozen=True)

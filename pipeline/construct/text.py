@@ -211,7 +211,7 @@ def find_anchor(turn: str, rewrite: str | None, context: str = "") -> Anchor | N
 
 
 def _noun_anchor(turn: str, rewrite: str | None, noun: str, context: str) -> Anchor:
-    noun = compound(noun, turn, context)
+    noun = _compound(noun, turn, context)
     owner = ""
     if owner_left_out(rewrite, noun.split()[0]):
         m = re.search(rf"\b(?:the|this|that|these|those)\s+((?:[a-z-]+\s+){{0,2}}?{re.escape(noun)})\b", turn, re.I)
@@ -219,11 +219,10 @@ def _noun_anchor(turn: str, rewrite: str | None, noun: str, context: str) -> Anc
     return Anchor("noun", noun, _context(turn), owner)
 
 
-def compound(noun: str, turn: str, context: str) -> str:
+def _compound(noun: str, turn: str, context: str) -> str:
     """`noun` with up to two words that follow it in the turn, where the conversation itself (`context`: its dialog
-    and passages) says them together: "the soft play" -> "soft play", "the park and ride" -> "park and ride"
-    (the dialog named "the Jungle Den soft play", "the Callow Street audiology centre"), but "does the shop take
-    cards" keeps "shop". The rewrite cannot tell: it copies the words of the turn that follow the noun."""
+    and passages) says them together: "the soft play" -> "soft play" where the dialog named "the Jungle Den soft
+    play", "the park and ride" -> "park and ride", but "does the shop take cards" keeps "shop". The rewrite cannot tell: it copies the words of the turn that follow the noun."""
     t, said = words(turn), f" {' '.join(words(context))} "
     if noun not in t:
         return noun
