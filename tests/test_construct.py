@@ -799,17 +799,23 @@ def test_an_unpinned_loose_question_stands_alone(sample_rows: list[Example], mtr
     assert all(len(r.messages) == 1 for r in rows), [r.last_turn for r in rows if len(r.messages) > 1]
 
 
-def test_open_rows_after_retrieval_show_passages_far_from_the_turn(mtrag_rows: list[Example]) -> None:
-    """An open question after retrieval gets another domain's passages, none close in meaning to the turn: a
-    billing passage would settle "when do the invoices come out each month?"."""
+def test_open_rows_after_retrieval_show_what_a_retriever_returns(mtrag_rows: list[Example]) -> None:
+    """An open question after retrieval gets the corpus passages nearest to it that do not name its noun, as a
+    retriever would return them: on topic, yet none so close that it may settle the turn (a billing passage would
+    settle "when do the invoices come out each month?"). Passages of another domain taught "unrelated passages ->
+    ask", which no real retriever shows."""
     from clariedge.construct.senses import _minilm
 
     rows = [r for r in mtrag_rows if r.provenance.method == "ad_generalized_unpinned" and r.documents]
     assert len(rows) >= 5
     limit = FAST.checks.passage_max_similarity
+    best = []
     for r in rows:
         sims = _minilm([f"{d.title} {d.text}" for d in r.documents]) @ _minilm([r.last_turn])[0]
         assert sims.max() < limit + 0.05, (r.last_turn, r.documents[int(sims.argmax())].title)  # + surface drawn
+        best.append(float(sims.max()))
+    # another domain's passages, drawn at random, were at 0.05 on average (2026-12-06)
+    assert sum(best) / len(best) > 0.2, sorted(best)
 
 
 def test_names_are_words_the_corpus_capitalises() -> None:

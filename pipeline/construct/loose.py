@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from clariedge.construct.core import _Ctx, _cut_dialog, _docs, _Emitter, _pick_host, _unrelated_docs, _want, stitch
+from clariedge.construct.core import _Ctx, _cut_dialog, _docs, _Emitter, _pick_host, _retrieved_docs, _want, stitch
 from clariedge.construct.entities import Entity, class_noun, generalize, text_entities, to_class
 from clariedge.construct.senses import QUESTION_WORDS, SenseVerdict, broken_name, named_in_full, still_named
 from clariedge.construct.text import _DETERMINERS, Anchor, find_anchor, stem, terms
@@ -159,7 +159,7 @@ def _open_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn], lq: _Loose) 
             "ad_generalized_unpinned",
             [],
             lq.loose,
-            _unrelated_docs(seed, lq.loose, lq.hidden | terms(entity.head), ctx),
+            _retrieved_docs(seed, lq.loose, lq.hidden | terms(entity.head), ctx),
             clarification=clar,
             interpretations=labels,
             senses=lq.senses,
@@ -312,7 +312,7 @@ def _class_rows(
             "ad_generalized_unpinned",
             unpinned,
             general,
-            _unrelated_docs(seed, general, terms(cls) | set().union(*(terms(e.head) for e in family)), ctx),
+            _retrieved_docs(seed, general, terms(cls) | set().union(*(terms(e.head) for e in family)), ctx),
             clarification=clar,
             template=f"{tmpl}.{ctmpl}",
         )
