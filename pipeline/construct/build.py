@@ -12,7 +12,7 @@ from typing import Any
 from clariedge.construct.checks import build_checker, gold_precision
 from clariedge.construct.clear import _clear_rows
 from clariedge.construct.config import METHODS, ConstructConfig
-from clariedge.construct.core import _Ctx, _Emitter, is_donor
+from clariedge.construct.core import _Ctx, _Emitter, corpus_passages, is_donor
 from clariedge.construct.dialog import _dialog_rows
 from clariedge.construct.entities import _build_entities
 from clariedge.construct.loose import _generalized_rows
@@ -40,6 +40,7 @@ def construct(
     )
     hosts = [s for s in seeds if len(s.messages) >= 2 and any(m.role == "assistant" for m in s.messages)]
     ctx.doc_hosts = [s for s in hosts if s.documents]
+    ctx.passages = corpus_passages(seeds)
     out: list[Example] = []
     for seed in seeds:
         if len(words(seed.last_turn)) > cfg.max_turn_words:

@@ -31,7 +31,7 @@ class _Ctx:
     groups: dict[str, dict[str, Entity]]  # entity key -> modifier(lower) -> entity (from titles)
     docs_by_title: dict[str, list[Document]]
     doc_hosts: list[SeedTurn] = field(default_factory=list)
-    passages: list[tuple[str, Document]] = field(default_factory=list)  # (conversation, passage), for retrieval
+    passages: list[tuple[str, Document, str]] = field(default_factory=list)  # (conversation, passage, its text)
     rejects: Rejects = field(default_factory=Rejects)
     counts: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
@@ -207,6 +207,16 @@ def is_donor(seed: SeedTurn) -> bool:
     return seed.turn > 1 and not any(m.role == "assistant" for m in seed.messages[:-1])
 
 
+def corpus_passages(seeds: Sequence[SeedTurn]) -> list[tuple[str, Document, str]]:
+    """Every passage the seeds retrieved, once (by id, in id order), with its conversation and its text as the
+    checks read it (title + text): the corpus `_retrieved_docs` searches."""
+    seen: dict[str, tuple[str, Document, str]] = {}
+    for s in seeds:
+        for d in s.documents:
+            seen.setdefault(d.doc_id, (s.conversation_id, d, f"{d.title} {d.text}"))
+    return [seen[k] for k in sorted(seen)]
+
+
 def _retrieved_docs(seed: SeedTurn, turn: str, hidden: set[str], ctx: _Ctx) -> list[Document]:
     """What a retriever returns for an open turn: the corpus passages nearest to it in meaning (MiniLM), from other
     conversations, none mentioning `hidden` (the open reference's noun or what it left out) nor so close that it
@@ -219,16 +229,9 @@ def _retrieved_docs(seed: SeedTurn, turn: str, hidden: set[str], ctx: _Ctx) -> l
     (ROC AUC 0.93 on the train split, 2026-12-06)."""
     checker = ctx.checker
     assert checker is not None
-    if not ctx.passages:
-        seen: dict[str, tuple[str, Document]] = {}
-        for s in ctx.seeds:
-            for d in s.documents:
-                seen.setdefault(d.doc_id, (s.conversation_id, d))
-        ctx.passages = [seen[k] for k in sorted(seen)]
     want = min(len(seed.documents), ctx.cfg.max_documents) or ctx.cfg.max_documents
     ranked = []
-    for conv, d in ctx.passages:
-        text = f"{d.title} {d.text}"
+    for conv, d, text in ctx.passages:
         if conv == seed.conversation_id or mentions_any(text, hidden):
             continue
         sim = checker.similarity(turn, text)
@@ -241,6 +244,11 @@ def _want(ctx: _Ctx, method: str) -> int:
     return ctx.cfg.per_seed.get(method, 0)
 
 
+def _with_anchor(avoid_terms: set[str], anchor: Anchor | None) -> set[str]:
+    """`avoid_terms` and the anchor's noun, if it is one: words that must not name the open reference."""
+    return set(avoid_terms) | (terms(anchor.text) if anchor is not None and anchor.kind == "noun" else set())
+
+
 def _pick_host(
     seed: SeedTurn,
     avoid_terms: set[str],
@@ -250,9 +258,7 @@ def _pick_host(
     avoid: Sequence[Entity] = (),
 ) -> SeedTurn | None:
     """Another conversation's dialog (>= 2 messages) that mentions neither the referent nor the anchor noun."""
-    avoid_terms = set(avoid_terms)
-    if anchor is not None and anchor.kind == "noun":
-        avoid_terms |= terms(anchor.text)
+    avoid_terms = _with_anchor(avoid_terms, anchor)
     other_domain = ctx.cfg.stitch_other_domain
     with_docs = ctx.doc_hosts
     for k in range(ctx.cfg.stitch_tries):
@@ -298,9 +304,7 @@ def stitch(
             "ad_stitched",
             host.messages[:-1],
             turn,
-            _retrieved_docs(
-                seed, turn, hidden | avoid_terms | (terms(anchor.text) if anchor.kind == "noun" else set()), ctx
-            ),
+            _retrieved_docs(seed, turn, hidden | _with_anchor(avoid_terms, anchor), ctx),
             clarification=clar,
             template=".".join(t for t in (template, ctmpl) if t),
             senses=senses,
