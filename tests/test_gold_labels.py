@@ -82,6 +82,10 @@ def test_checks_agree_with_the_reader_for_every_method_on_by_default(checker) ->
         ("g253", "not_ask"),  # "so, they have solved the problem.": a statement, nobody asks "which problem?"
         ("g256", "not_ask"),  # "the cardinals" after a chat about the football draft: the NFL team, no cue word
         ("g257", "ask"),  # ... but after a chat about sourdough, either team
+        ("g258", "not_ask"),  # "the application" after a mortgage chat: most topics have one, the dialog's owns it
+        ("g259", "not_ask"),  # "the faster option" after express and stopping trains
+        ("g260", "not_ask"),  # "the application" after a secured-credit-card chat
+        ("g261", "ask"),  # ... but "the museum" after a braising chat: no topic owns a museum
     ],
 )
 def test_audit_cases(checker, gid: str, expected: str) -> None:
@@ -93,6 +97,7 @@ def test_audit_cases(checker, gid: str, expected: str) -> None:
         [(m["role"], m["content"]) for m in row["messages"]],
         [Document(**d) for d in row["documents"]],
         row["senses"],
+        row.get("reference"),
     )
     if expected == "not_ask":
         assert verdict.label != "ask", verdict

@@ -51,6 +51,7 @@ class RowChecker:
     names: frozenset[str]  # distinctive names of the corpus (`topic_terms` minus the generic ones)
     generic: frozenset[str]
     rare: frozenset[str]  # content terms only one conversation of the corpus uses
+    common: frozenset[str]  # content terms more than `topic_max_share` of the conversations use ("plan", "option")
     heads: frozenset[str]  # nouns of a kind ("plan", "city", "permit") whose bare definite use is open (OPEN_HEADS)
     dialog_max_similarity: float  # an open turn this close to the shown dialog may be resolved by it
     rewrite_max_similarity: float  # a turn this close to its human rewrite stands alone ("the cotton gin")
@@ -201,6 +202,11 @@ def _verify_open(
     named = names_own_topic(rest, checker.names, checker.generic, checker.rare)
     if named:
         return SenseVerdict("unclear", None, named)
+    if history and definite and stem(definite.split()[-1]) in checker.common:
+        # a thing most topics have ("the application", "the faster option"): a reader finds it in the dialog's
+        # topic by bridging, no word shared ("what do i need to send with the application?" after a mortgage chat,
+        # "and the faster option, what's that cost?" after express and stopping trains: blind readings, 2026-12-06)
+        return SenseVerdict("unclear", None, f"{definite!r} is a thing most topics have: the dialog's may own it")
     if history:
         near = checker.similarity(turn, " ".join(history[-2:]))
         if near >= checker.dialog_max_similarity:
@@ -236,6 +242,7 @@ def build_checker(
     words_ = Counter(t for texts in conversations.values() for t in set().union(*map(terms, texts)))
     generic = frozenset(t for t, k in names.items() if k > max(2, int(topic_max_share * n)))
     rare = frozenset(t for t, k in words_.items() if k <= max(1, int(rare_max_share * n)))
+    common = frozenset(t for t, k in words_.items() if k > max(2, int(topic_max_share * n)))
     judge = SenseJudge(
         docs_by_title,
         ask_max_margin=ask_max_margin,
@@ -252,6 +259,7 @@ def build_checker(
         frozenset(names) - generic,
         generic,
         rare,
+        common,
         OPEN_HEADS | classes,
         dialog_max_similarity,
         rewrite_max_similarity,
@@ -272,7 +280,8 @@ def gold_precision(checker: RowChecker, gold: Sequence[Mapping[str, object]], me
         claim = "ask" if methods[method].startswith("ambiguous") else "answer"
         msgs = [(str(m["role"]), str(m["content"])) for m in row["messages"]]  # type: ignore[attr-defined]
         docs = [Document(**d) for d in row["documents"]]  # type: ignore[attr-defined]
-        verdict = verify(checker, claim, msgs, docs, list(row.get("senses") or []))  # type: ignore[call-overload]
+        senses, reference = list(row.get("senses") or []), row.get("reference")  # type: ignore[call-overload]
+        verdict = verify(checker, claim, msgs, docs, senses, str(reference) if reference else None)
         said = verdict.label if verdict.label != "unclear" else "not_made"
         tally[method][(said, str(row["label"]))] += 1
     out: dict[str, dict[str, object]] = {}

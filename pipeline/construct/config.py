@@ -35,7 +35,9 @@ class CheckConfig(StageConfig):
         ge=0.0, le=2.0, description="a lexical cue stands when its sense is also the nearest by this margin"
     )
     topic_max_share: float = Field(
-        ge=0.0, le=1.0, description="a name in more than this share of conversations is generic, not a topic name"
+        ge=0.0,
+        le=1.0,
+        description="a name (or an open noun) in more than this share of conversations is generic: no topic's own",
     )
     rare_max_share: float = Field(
         ge=0.0,
