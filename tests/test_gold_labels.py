@@ -16,7 +16,7 @@ from conftest import params_section
 
 from clariedge import ingest
 from clariedge.construct import METHODS
-from clariedge.construct.checks import build_checker, gold_precision, verify
+from clariedge.construct.checks import build_checker, gold_precision, verify_gold_row
 from clariedge.schema import Document
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -90,15 +90,7 @@ def test_checks_agree_with_the_reader_for_every_method_on_by_default(checker) ->
 )
 def test_audit_cases(checker, gid: str, expected: str) -> None:
     row = next(r for r in GOLD if r["id"] == gid)
-    claim = "ask" if METHODS[row["method"]].startswith("ambiguous") else "answer"
-    verdict = verify(
-        checker,
-        claim,
-        [(m["role"], m["content"]) for m in row["messages"]],
-        [Document(**d) for d in row["documents"]],
-        row["senses"],
-        row.get("reference"),
-    )
+    verdict = verify_gold_row(checker, row, METHODS)
     if expected == "not_ask":
         assert verdict.label != "ask", verdict
     else:

@@ -240,9 +240,10 @@ def build_checker(
     proper = _mostly_capitalised(t for texts in conversations.values() for t in texts)
     names = Counter({t: k for t, k in names.items() if t in proper})
     words_ = Counter(t for texts in conversations.values() for t in set().union(*map(terms, texts)))
-    generic = frozenset(t for t, k in names.items() if k > max(2, int(topic_max_share * n)))
+    many = max(2, int(topic_max_share * n))  # more conversations than this: no topic's own
+    generic = frozenset(t for t, k in names.items() if k > many)
     rare = frozenset(t for t, k in words_.items() if k <= max(1, int(rare_max_share * n)))
-    common = frozenset(t for t, k in words_.items() if k > max(2, int(topic_max_share * n)))
+    common = frozenset(t for t, k in words_.items() if k > many)
     judge = SenseJudge(
         docs_by_title,
         ask_max_margin=ask_max_margin,
@@ -268,6 +269,16 @@ def build_checker(
     )
 
 
+def verify_gold_row(checker: RowChecker, row: Mapping[str, object], methods: Mapping[str, str]) -> SenseVerdict:
+    """`verify` on one hand-labelled row, claiming what its method claims (`methods`: method -> category)."""
+    claim = "ask" if methods[str(row["method"])].startswith("ambiguous") else "answer"
+    msgs = [(str(m["role"]), str(m["content"])) for m in row["messages"]]  # type: ignore[attr-defined]
+    docs = [Document(**d) for d in row["documents"]]  # type: ignore[attr-defined]
+    senses = [str(t) for t in row.get("senses") or []]  # type: ignore[attr-defined]
+    reference = row.get("reference")
+    return verify(checker, claim, msgs, docs, senses, str(reference) if reference else None)
+
+
 def gold_precision(checker: RowChecker, gold: Sequence[Mapping[str, object]], methods: Mapping[str, str]) -> dict:
     """Score `verify` on hand-labelled rows (tests/data/gold_labels.jsonl): per method, the precision of the
     rows it labels "ask" and of those it labels "answer" (a row the check leaves `unclear` is not made, so it
@@ -276,14 +287,9 @@ def gold_precision(checker: RowChecker, gold: Sequence[Mapping[str, object]], me
 
     tally: dict[str, Counter[tuple[str, str]]] = defaultdict(Counter)
     for row in gold:
-        method = str(row["method"])
-        claim = "ask" if methods[method].startswith("ambiguous") else "answer"
-        msgs = [(str(m["role"]), str(m["content"])) for m in row["messages"]]  # type: ignore[attr-defined]
-        docs = [Document(**d) for d in row["documents"]]  # type: ignore[attr-defined]
-        senses, reference = list(row.get("senses") or []), row.get("reference")  # type: ignore[call-overload]
-        verdict = verify(checker, claim, msgs, docs, senses, str(reference) if reference else None)
+        verdict = verify_gold_row(checker, row, methods)
         said = verdict.label if verdict.label != "unclear" else "not_made"
-        tally[method][(said, str(row["label"]))] += 1
+        tally[str(row["method"])][(said, str(row["label"]))] += 1
     out: dict[str, dict[str, object]] = {}
     for method, c in sorted(tally.items()):
         entry: dict[str, object] = {
