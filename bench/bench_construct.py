@@ -42,6 +42,7 @@ def main() -> int:
     print(f"    {json.dumps(report['bow_last_turn'])}")
     print(f"  length only: {json.dumps(report['length_only'])}")
     print(f"  position only: {json.dumps(report['position_only'])}")
+    print(f"  passage keyword overlap only: {json.dumps(report['passage_overlap_only'])}")
     return 0
 
 

@@ -718,6 +718,23 @@ def test_shallow_separability_detects_a_telltale_word(sample_rows: list[Example]
     assert honest["bow_last_turn"]["clear"] < report["bow_last_turn"]["clear"]
 
 
+def test_shallow_separability_detects_passages_that_give_the_label_away(sample_rows: list[Example]) -> None:
+    """Passages that share the turn's words only when it needs no question show in `passage_overlap_only`."""
+    unrelated = Document(doc_id="zz", title="Zebra", text="Zebras graze on the savanna in herds.")
+
+    def plant(r: Example) -> Example:
+        if not r.documents:
+            return r
+        if r.needs_clarification:
+            return r.model_copy(update={"documents": [unrelated]})
+        return r.model_copy(update={"documents": [Document(doc_id="yy", title="", text=r.last_turn)]})
+
+    report = shallow_separability([plant(r) for r in sample_rows], folds=3)
+    assert report["passage_overlap_only"]["needs_clarification"] > 0.95
+    honest = shallow_separability(sample_rows, folds=3)
+    assert honest["passage_overlap_only"]["needs_clarification"] < 0.95
+
+
 def test_stats_carry_the_shallow_separability_report(sample_seeds: list[SeedTurn]) -> None:
     _, _, stats = construct(
         sample_seeds[:80], params_section("synthesize.construct", separability_folds=3), rng=random.Random(2)
@@ -765,6 +782,53 @@ def test_donor_turns_never_show_a_user_only_dialog(mtrag_rows: list[Example], mt
     placed = [r for r in from_donors if r.category == "clear" and len(r.messages) > 1]
     opened = [r for r in from_donors if r.category == "clear" and len(r.messages) == 1]
     assert placed and opened, "a donor's clear rows stand both first and after another dialog, as its asks do"
+
+
+def test_a_donor_turn_after_another_dialog_shows_what_a_retriever_finds_for_it(
+    mtrag_rows: list[Example], mtrag_seeds
+) -> None:
+    """An MTRAG turn without passages of its own, placed after another conversation's dialog, is shown the passages
+    a retriever finds for it, not the host conversation's: those are about something else and taught "unrelated
+    passages -> answer" (28 published rows, 2026-12-06)."""
+    from clariedge.construct.core import is_donor
+
+    bare = {s.id for s in mtrag_seeds if is_donor(s) and not s.documents}
+    host_docs = {tuple(m.content for m in s.messages[:-1]): {d.doc_id for d in s.documents} for s in mtrag_seeds}
+    rows = [r for r in mtrag_rows if r.provenance.seed_id in bare and r.category == "clear" and r.documents]
+    assert len(rows) >= 5
+    for r in rows:
+        assert {d.doc_id for d in r.documents} != host_docs[tuple(m.content for m in r.messages[:-1])], r.last_turn
+
+
+def test_a_clear_turn_may_be_shown_passages_that_miss_it(sample_seeds: list[SeedTurn]) -> None:
+    """`missed_passages_prob`: a clear turn's post-retrieval row shows, that often, passages a retriever found in
+    other conversations instead of its own (retrieval misses; the turn stays clear)."""
+    own = {s.id: {d.doc_id for d in s.documents} for s in sample_seeds}
+
+    def shown_own(prob: float) -> list[bool]:
+        cfg = params_section("synthesize.construct", separability=False, missed_passages_prob=prob)
+        rows, _, _ = construct(sample_seeds[:120], cfg, rng=random.Random(3))
+        clear = [
+            r
+            for r in rows
+            if r.provenance.method in ("clear_as_is", "clear_rewrite") and r.documents and own[r.provenance.seed_id]
+        ]
+        return [{d.doc_id for d in r.documents} <= own[r.provenance.seed_id] for r in clear]
+
+    assert all(shown_own(0.0)) and shown_own(0.0)
+    missed = shown_own(1.0)
+    assert missed and not any(missed)
+
+
+def test_asks_are_shown_passages_on_their_words(mtrag_rows: list[Example]) -> None:
+    """The passages shown with an open turn share its words as a clear turn's do (a keyword match first), except
+    the open reference itself: ranked by meaning alone they shared 14% of an open turn's words against 58-78% for
+    the other rows (ROC AUC 0.86 for the label, 2026-12-06); real turns show no such gap (0.39-0.61)."""
+    from clariedge.construct.stats import _passage_overlap
+
+    asks = [r for r in mtrag_rows if r.needs_clarification and r.documents and r.category == "ambiguous_dialog"]
+    assert len(asks) >= 10
+    assert sum(_passage_overlap(r) > 0 for r in asks) >= 0.6 * len(asks)
 
 
 def test_clear_rows_read_alone_stand_alone(mtrag_rows: list[Example], mtrag_seeds) -> None:

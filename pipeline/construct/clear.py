@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import re
 
-from clariedge.construct.core import _Ctx, _cut_dialog, _docs, _Emitter, _pick_host, _want, is_donor
+from clariedge.construct.core import (
+    _Ctx,
+    _cut_dialog,
+    _docs,
+    _Emitter,
+    _pick_host,
+    _shown_docs,
+    _want,
+    is_donor,
+    retrieve,
+)
 from clariedge.construct.reading import names_own_topic, needs_its_dialog
 from clariedge.construct.text import find_anchor, referent_terms
 from clariedge.schema import SeedTurn
@@ -46,7 +56,14 @@ def _clear_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
         # stitched ambiguous rows do: where a turn stands says nothing about its label
         host = _pick_host(seed, set(), None, hosts, ctx)
         if host is not None:
-            history, documents = host.messages[:-1], seed.documents or host.documents
+            history = host.messages[:-1]
+            if not documents and host.documents:
+                # a turn retrieved nothing of its own (an MTRAG turn without passages): what a retriever finds for
+                # it, not the host conversation's passages, which are about something else and taught
+                # "unrelated passages -> answer"
+                want = min(len(host.documents), ctx.cfg.max_documents)
+                documents = retrieve(seed.rewrite or seed.last_turn, ctx, want, skip_conversation=seed.conversation_id)
+    documents = _shown_docs(ctx, seed, seed.rewrite or seed.last_turn, documents)
     # a turn shown after another conversation is read alone: a rewrite standalone only in its own conversation
     # ("what about pollution?", "this soccer event") is not clear there
     foreign = bool(history) and is_donor(seed)

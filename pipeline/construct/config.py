@@ -87,6 +87,11 @@ class ConstructConfig(StageConfig):
     switch_prob: float = Field(
         ge=0.0, le=1.0, description="chance a document-set row follows another conversation (topic switch)"
     )
+    missed_passages_prob: float = Field(
+        ge=0.0,
+        le=1.0,
+        description="chance a clear turn's post-retrieval row shows passages a retriever found that do not answer it",
+    )
     entities_per_seed: int = Field(ge=0, description="entities generalised per seed turn (loose questions)")
     length_match: list[Literal["clear", "hard_negative"]] = Field(
         description="answer categories thinned where their last turn's surface is over-represented against asks"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +31,7 @@ class _Ctx:
     groups: dict[str, dict[str, Entity]]  # entity key -> modifier(lower) -> entity (from titles)
     docs_by_title: dict[str, list[Document]]
     doc_hosts: list[SeedTurn] = field(default_factory=list)
-    passages: list[tuple[str, Document, str]] = field(default_factory=list)  # (conversation, passage, its text)
+    passages: list[Passage] = field(default_factory=list)  # the corpus `retrieve` searches
     rejects: Rejects = field(default_factory=Rejects)
     counts: Counter[str] = field(default_factory=Counter)
     skipped: Counter[str] = field(default_factory=Counter)
@@ -207,37 +207,75 @@ def is_donor(seed: SeedTurn) -> bool:
     return seed.turn > 1 and not any(m.role == "assistant" for m in seed.messages[:-1])
 
 
-def corpus_passages(seeds: Sequence[SeedTurn]) -> list[tuple[str, Document, str]]:
-    """Every passage the seeds retrieved, once (by id, in id order), with its conversation and its text as the
-    checks read it (title + text): the corpus `_retrieved_docs` searches."""
-    seen: dict[str, tuple[str, Document, str]] = {}
+@dataclass(frozen=True)
+class Passage:
+    """A corpus passage as the retriever indexes it: its conversation, the passage, its text as the checks read it
+    (title + text) and that text's content terms."""
+
+    conversation_id: str
+    document: Document
+    text: str
+    terms: frozenset[str]
+
+
+def corpus_passages(seeds: Sequence[SeedTurn]) -> list[Passage]:
+    """Every passage the seeds retrieved, once (by id, in id order): the corpus `retrieve` searches."""
+    seen: dict[str, Passage] = {}
     for s in seeds:
         for d in s.documents:
-            seen.setdefault(d.doc_id, (s.conversation_id, d, f"{d.title} {d.text}"))
+            if d.doc_id not in seen:
+                text = f"{d.title} {d.text}"
+                seen[d.doc_id] = Passage(s.conversation_id, d, text, frozenset(terms(text)))
     return [seen[k] for k in sorted(seen)]
 
 
-def _retrieved_docs(seed: SeedTurn, turn: str, hidden: set[str], ctx: _Ctx) -> list[Document]:
-    """What a retriever returns for an open turn: the corpus passages nearest to it in meaning (MiniLM), from other
-    conversations, none mentioning `hidden` (the open reference's noun or what it left out) nor so close that it
-    may settle the turn (`passage_max_similarity`: a billing passage settles "when do the invoices come out?"), as
-    many as the seed's own turn retrieved.
+def retrieve(
+    turn: str, ctx: _Ctx, want: int, *, skip_conversation: str, hidden: Set[str] = frozenset(), capped: bool = False
+) -> list[Document]:
+    """What a hybrid retriever returns for `turn`: the corpus passages with the best sum of closeness in meaning
+    (MiniLM cosine) and keyword match (the share of the turn's content words they contain), from conversations
+    other than `skip_conversation`, none mentioning `hidden`, and with `capped`, none so close to the turn that it
+    may settle it (`passage_max_similarity`).
 
-    Real retrievers fetch passages on the turn's topic whether or not it says which thing it means (the best
-    passage's MiniLM similarity to the turn is the same, about 0.5, for turns that need a question and for the
-    others in real RAG conversations); passages drawn from another domain taught "unrelated passages -> ask"
-    (ROC AUC 0.93 on the train split, 2026-12-06)."""
+    Real retrievers fetch passages on the turn's words and topic whether or not it says which thing it means: in
+    three human-labelled sets of real RAG turns, the best passage's MiniLM similarity to the turn and the share of
+    the turn's words the passages contain tell turns that need a question from the others at ROC AUC 0.39-0.61.
+    Passages drawn from another domain taught "unrelated passages -> ask" (ROC AUC 0.93 on the train split,
+    2026-12-06); ranked by meaning alone they shared few of an open turn's words (0.86, 2026-12-06, late)."""
     checker = ctx.checker
     assert checker is not None
-    want = min(len(seed.documents), ctx.cfg.max_documents) or ctx.cfg.max_documents
+    query = terms(turn) - hidden
     ranked = []
-    for conv, d, text in ctx.passages:
-        if conv == seed.conversation_id or mentions_any(text, hidden):
+    for p in ctx.passages:
+        if p.conversation_id == skip_conversation or hidden & p.terms:
             continue
-        sim = checker.similarity(turn, text)
-        if sim < checker.passage_max_similarity:
-            ranked.append((-sim, d.doc_id, d))
-    return [d for _, _, d in sorted(ranked)[:want]]
+        sim = checker.similarity(turn, p.text)
+        if not capped or sim < checker.passage_max_similarity:
+            ranked.append((-sim - len(query & p.terms) / max(1, len(query)), p.document.doc_id, p.document))
+    return [d for *_, d in sorted(ranked)[:want]]
+
+
+def _retrieved_docs(seed: SeedTurn, turn: str, hidden: set[str], ctx: _Ctx) -> list[Document]:
+    """The passages a retriever returns for an open turn, as many as the seed's own turn retrieved: from other
+    conversations, none mentioning `hidden` (the open reference's noun or what it left out) nor so close that it
+    may settle the turn (a billing passage settles "when do the invoices come out?")."""
+    want = min(len(seed.documents), ctx.cfg.max_documents) or ctx.cfg.max_documents
+    return retrieve(turn, ctx, want, skip_conversation=seed.conversation_id, hidden=hidden, capped=True)
+
+
+def _shown_docs(ctx: _Ctx, seed: SeedTurn, turn: str, documents: Sequence[Document]) -> list[Document]:
+    """The passages shown with a turn whose label does not rest on them (a clear turn, one its dialog resolves):
+    its own, or with chance `missed_passages_prob` what a retriever found for it about something else. Retrieval
+    often misses, and the turn is no less clear (the assistant says what it found). Such passages are found as an
+    open turn's are: on the turn's words that most topics have ("price", "hours"), none naming what it is about,
+    none close enough to settle it. With its own passages only, how close the best passage was to the turn told
+    the label (ROC AUC 0.76-0.86 on the published rows with passages, 2026-12-06)."""
+    if not documents or ctx.rng.random() >= ctx.cfg.missed_passages_prob:
+        return _docs(documents, ctx)
+    assert ctx.checker is not None
+    hidden = terms(turn) - ctx.checker.common
+    want = min(len(documents), ctx.cfg.max_documents)
+    return retrieve(turn, ctx, want, skip_conversation=seed.conversation_id, hidden=hidden, capped=True)
 
 
 def _want(ctx: _Ctx, method: str) -> int:

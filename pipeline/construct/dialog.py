@@ -9,6 +9,7 @@ from clariedge.construct.core import (
     _docs,
     _Emitter,
     _retrieved_docs,
+    _shown_docs,
     _want,
     is_donor,
     stitch,
@@ -46,7 +47,7 @@ def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
             "hn_dialog_resolves",
             history,
             seed.last_turn,
-            _docs(seed.documents, ctx),
+            _shown_docs(ctx, seed, seed.last_turn, seed.documents),
             resolution=seed.rewrite,
             template=f"anchor.{anchor.kind}",
         )

@@ -8,7 +8,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from clariedge.construct.core import _Ctx, _cut_dialog, _docs, _Emitter, _pick_host, _retrieved_docs, _want, stitch
+from clariedge.construct.core import (
+    _Ctx,
+    _cut_dialog,
+    _docs,
+    _Emitter,
+    _pick_host,
+    _retrieved_docs,
+    _shown_docs,
+    _want,
+    stitch,
+)
 from clariedge.construct.entities import Entity, class_noun, generalize, text_entities, to_class
 from clariedge.construct.senses import QUESTION_WORDS, SenseVerdict, broken_name, named_in_full, still_named
 from clariedge.construct.text import _DETERMINERS, Anchor, find_anchor, stem, terms
@@ -93,7 +103,7 @@ def _generalized_entity_rows(
             "hn_generalized_in_dialog",
             history,
             loose,
-            _docs(seed.documents, ctx),
+            _shown_docs(ctx, seed, loose, seed.documents),
             resolution=question,
             template=gen,
             senses=senses,
@@ -301,7 +311,12 @@ def _class_rows(
     cued = sorted((terms(general) - terms(cls) - QUESTION_WORDS) & own & ctx.checker.rare)
     if _want(ctx, "hn_generalized_in_dialog") and history and any(entity.mentioned_in(m.content) for m in history[-2:]):
         em.both(
-            "hn_generalized_in_dialog", history, general, _docs(seed.documents, ctx), resolution=question, template=tmpl
+            "hn_generalized_in_dialog",
+            history,
+            general,
+            _shown_docs(ctx, seed, general, seed.documents),
+            resolution=question,
+            template=tmpl,
         )
     if cued:
         ctx.rejects.add("class_member_cued", seed.id, f"the turn's words pick the member: {cued}", general)

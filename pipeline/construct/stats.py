@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from clariedge.construct.config import ConstructConfig
+from clariedge.construct.text import terms
 from clariedge.schema import CATEGORIES, Example
 from clariedge.text import words
 
@@ -50,7 +51,8 @@ def shallow_separability(rows: Sequence[Example], folds: int = 5) -> dict[str, A
 
     Out-of-fold ROC AUC with folds grouped by conversation (0.5 = chance, 1.0 = a telltale artifact),
     per category (one vs rest), for the binary decision `needs_clarification`, and the same for the
-    last turn's length alone and for its position (messages before it) alone, where artifacts show.
+    last turn's length alone, for its position (messages before it) alone, and, over the rows with passages, for
+    the share of the turn's content words its passages contain (a retriever's keyword match), where artifacts show.
     """
     import numpy as np
     from sklearn.feature_extraction.text import CountVectorizer
@@ -66,13 +68,18 @@ def shallow_separability(rows: Sequence[Example], folds: int = 5) -> dict[str, A
     k = min(folds, n_groups)
     lengths = np.array([len(words(t)) for t in texts], dtype=float)
     positions = np.array([len(r.messages) for r in rows], dtype=float)
+    with_docs = np.array([bool(r.documents) for r in rows])
+    overlap = np.array([_passage_overlap(r) for r in rows])
     targets = {c: np.array([r.category == c for r in rows]) for c in CATEGORIES}
     targets["needs_clarification"] = np.array([r.needs_clarification for r in rows])
     bow: dict[str, float | None] = {}
     position: dict[str, float | None] = {}
     length: dict[str, float | None] = {}
+    passages: dict[str, float | None] = {}
     splits = list(GroupKFold(n_splits=k).split(texts, groups=groups))
     for name, y in targets.items():
+        yd = y[with_docs]
+        passages[name] = _auc_either_way(yd, overlap[with_docs]) if yd.any() and not yd.all() else None
         if y.sum() < k or (~y).sum() < k:
             bow[name] = length[name] = position[name] = None
             continue
@@ -87,14 +94,30 @@ def shallow_separability(rows: Sequence[Example], folds: int = 5) -> dict[str, A
             clf.fit(x_train, y[train])
             oof[test] = clf.predict_proba(vec.transform([texts[i] for i in test]))[:, 1]
         bow[name] = round(float(roc_auc_score(y, oof)), 4)
-        auc_len = float(roc_auc_score(y, lengths))
-        length[name] = round(max(auc_len, 1 - auc_len), 4)
-        auc_pos = float(roc_auc_score(y, positions))
-        position[name] = round(max(auc_pos, 1 - auc_pos), 4)
+        length[name] = _auc_either_way(y, lengths)
+        position[name] = _auc_either_way(y, positions)
     return {
         "metric": "roc_auc_oof_grouped",
         "folds": k,
         "bow_last_turn": bow,
         "length_only": length,
         "position_only": position,
+        "passage_overlap_only": passages,
     }
+
+
+def _auc_either_way(y: Any, feature: Any) -> float:
+    """ROC AUC of one feature, whichever way it points (0.5 = no signal)."""
+    from sklearn.metrics import roc_auc_score
+
+    auc = float(roc_auc_score(y, feature))
+    return round(max(auc, 1 - auc), 4)
+
+
+def _passage_overlap(row: Example) -> float:
+    """Share of the last turn's content terms that its passages contain (0 without passages)."""
+    want = terms(row.last_turn)
+    if not row.documents or not want:
+        return 0.0
+    have = set().union(*(terms(f"{d.title} {d.text}") for d in row.documents))
+    return len(want & have) / len(want)
