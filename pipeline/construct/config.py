@@ -90,7 +90,7 @@ class ConstructConfig(StageConfig):
     missed_passages_prob: float = Field(
         ge=0.0,
         le=1.0,
-        description="chance a clear turn's post-retrieval row shows passages a retriever found that do not answer it",
+        description="chance a turn whose label is not the passages' (clear, resolved by its dialog) is shown a retriever's miss",
     )
     entities_per_seed: int = Field(ge=0, description="entities generalised per seed turn (loose questions)")
     length_match: list[Literal["clear", "hard_negative"]] = Field(

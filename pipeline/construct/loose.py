@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from clariedge.construct.core import (
     _Ctx,
@@ -25,6 +26,14 @@ from clariedge.construct.text import _DETERMINERS, Anchor, find_anchor, stem, te
 from clariedge.construct.wording import clarify_dialog, clarify_documents, display_head, plain_label
 from clariedge.schema import Document, Message, SeedTurn
 from clariedge.text import words
+
+
+def _resolved_in_dialog(
+    em: _Emitter, seed: SeedTurn, history: Sequence[Message], turn: str, question: str, template: str, **kw: Any
+) -> None:
+    """`hn_generalized_in_dialog`: the loose `turn` after a dialog that names the one thing it means."""
+    shown = _shown_docs(em.ctx, seed, turn, seed.documents)
+    em.both("hn_generalized_in_dialog", history, turn, shown, resolution=question, template=template, **kw)
 
 
 def _seed_entities(seed: SeedTurn, ctx: _Ctx) -> list[tuple[Entity, str]]:
@@ -99,15 +108,7 @@ def _generalized_entity_rows(
     named = [e for e in family if any(e.mentioned_in(m.content) for m in history)]
     others = {t.modifier.lower() for m in history for t in text_entities(m.content) if t.key == entity.key}
     if _want(ctx, "hn_generalized_in_dialog") and named == [entity] and others <= {entity.modifier.lower()}:
-        em.both(
-            "hn_generalized_in_dialog",
-            history,
-            loose,
-            _shown_docs(ctx, seed, loose, seed.documents),
-            resolution=question,
-            template=gen,
-            senses=senses,
-        )
+        _resolved_in_dialog(em, seed, history, loose, question, gen, senses=senses)
     # ambiguous in the dialog: nothing before the loose question names any entity of the family
     hidden = set().union(*(e.modifier_terms() for e in family))
     unpinned = _cut_dialog(history, hidden, family)
@@ -310,14 +311,7 @@ def _class_rows(
     assert ctx.checker is not None
     cued = sorted((terms(general) - terms(cls) - QUESTION_WORDS) & own & ctx.checker.rare)
     if _want(ctx, "hn_generalized_in_dialog") and history and any(entity.mentioned_in(m.content) for m in history[-2:]):
-        em.both(
-            "hn_generalized_in_dialog",
-            history,
-            general,
-            _shown_docs(ctx, seed, general, seed.documents),
-            resolution=question,
-            template=tmpl,
-        )
+        _resolved_in_dialog(em, seed, history, general, question, tmpl)
     if cued:
         ctx.rejects.add("class_member_cued", seed.id, f"the turn's words pick the member: {cued}", general)
         return
