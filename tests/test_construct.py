@@ -822,13 +822,14 @@ def test_a_clear_turn_may_be_shown_passages_that_miss_it(sample_seeds: list[Seed
 
 def test_asks_are_shown_passages_on_their_words(mtrag_rows: list[Example]) -> None:
     """The passages shown with an open turn share its words as a clear turn's do (the retriever weighs keyword
-    match as much as closeness in meaning), except the open reference itself: ranked by meaning alone they shared 14% of an open turn's words against 58-78% for
-    the other rows (ROC AUC 0.86 for the label, 2026-12-06); real turns show no such gap (0.39-0.61)."""
-    from clariedge.construct.stats import _passage_overlap
+    match as much as closeness in meaning), except the open reference itself: ranked by meaning alone they shared
+    14% of an open turn's words against 58-78% for the other rows (ROC AUC 0.86 for the label, 2026-12-06); real
+    turns show no such gap (0.39-0.61)."""
+    from clariedge.construct.stats import passage_overlap
 
     asks = [r for r in mtrag_rows if r.needs_clarification and r.documents and r.category == "ambiguous_dialog"]
     assert len(asks) >= 10
-    assert sum(_passage_overlap(r) > 0 for r in asks) >= 0.6 * len(asks)
+    assert sum(passage_overlap(r) > 0 for r in asks) >= 0.6 * len(asks)
 
 
 def test_clear_rows_read_alone_stand_alone(mtrag_rows: list[Example], mtrag_seeds) -> None:

@@ -16,7 +16,7 @@ from clariedge.construct.config import GENERATOR, METHODS, ConstructConfig
 from clariedge.construct.entities import Entity
 from clariedge.construct.reading import drop_openers
 from clariedge.construct.senses import SenseJudge
-from clariedge.construct.text import Anchor, mentions_any, referent_terms, terms
+from clariedge.construct.text import Anchor, mentions_any, passage_terms, referent_terms, terms
 from clariedge.construct.wording import LEAD_INS, clarify_dialog, pick
 from clariedge.io import Rejects, describe_validation_error
 from clariedge.schema import Document, Example, Message, Provenance, SeedTurn, Setting
@@ -105,7 +105,7 @@ def contradiction(ex: Example, seed: SeedTurn) -> str | None:
     if ex.category == "ambiguous_dialog":
         hidden = referent_terms(seed) if method == "ad_cut_before_referent" else set()
         hidden = hidden or terms(seed.rewrite or seed.last_turn) - terms(ex.last_turn)
-        docs = set().union(*(terms(d.title + " " + d.text) for d in ex.documents)) if ex.documents else set()
+        docs = passage_terms(ex.documents)
         if not hidden:
             return "nothing is missing from the turn"
         if hidden & (prior | docs):

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from clariedge.construct.config import ConstructConfig
-from clariedge.construct.text import terms
+from clariedge.construct.text import passage_terms, terms
 from clariedge.schema import CATEGORIES, Example
 from clariedge.text import words
 
@@ -69,7 +69,7 @@ def shallow_separability(rows: Sequence[Example], folds: int = 5) -> dict[str, A
     lengths = np.array([len(words(t)) for t in texts], dtype=float)
     positions = np.array([len(r.messages) for r in rows], dtype=float)
     with_docs = np.array([bool(r.documents) for r in rows])
-    overlap = np.array([_passage_overlap(r) for r in rows])
+    overlap = np.array([passage_overlap(r) for r in rows])
     targets = {c: np.array([r.category == c for r in rows]) for c in CATEGORIES}
     targets["needs_clarification"] = np.array([r.needs_clarification for r in rows])
     bow: dict[str, float | None] = {}
@@ -114,10 +114,9 @@ def _auc_either_way(y: Any, feature: Any) -> float:
     return round(max(auc, 1 - auc), 4)
 
 
-def _passage_overlap(row: Example) -> float:
+def passage_overlap(row: Example) -> float:
     """Share of the last turn's content terms that its passages contain (0 without passages)."""
     want = terms(row.last_turn)
     if not row.documents or not want:
         return 0.0
-    have = set().union(*(terms(f"{d.title} {d.text}") for d in row.documents))
-    return len(want & have) / len(want)
+    return len(want & passage_terms(row.documents)) / len(want)

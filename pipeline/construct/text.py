@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from clariedge.schema import SeedTurn
+from clariedge.schema import Document, SeedTurn
 from clariedge.text import STOP, cased_words, words
 
 PRONOUNS: dict[str, str] = {
@@ -94,6 +94,11 @@ def stem(word: str) -> str:
 def terms(text: str) -> set[str]:
     """Content terms: lower-cased, crudely singularised, stop words and short words removed."""
     return {stem(w) for w in words(text) if w not in STOP and len(w) > 2}
+
+
+def passage_terms(documents: Iterable[Document]) -> set[str]:
+    """Content terms of the passages as a reader sees them (title + text)."""
+    return set().union(*(terms(f"{d.title} {d.text}") for d in documents))
 
 
 def mentions_any(text: str, needles: Iterable[str]) -> bool:
