@@ -86,6 +86,9 @@ def test_checks_agree_with_the_reader_for_every_method_on_by_default(checker) ->
         ("g259", "not_ask"),  # "the faster option" after express and stopping trains
         ("g260", "not_ask"),  # "the application" after a secured-credit-card chat
         ("g261", "ask"),  # ... but "the museum" after a braising chat: no topic owns a museum
+        ("g262", "ask"),  # "the office" with passages about two offices: which one?
+        ("g263", "answer"),  # ... with two passages of one office's document
+        ("g264", "not_ask"),  # "the program" after a steak chat, passages about two programs: not a clear row
     ],
 )
 def test_audit_cases(checker, gid: str, expected: str) -> None:

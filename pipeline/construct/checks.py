@@ -111,7 +111,7 @@ def verify(
     if claim == "ask" and not asks_something(turn):
         return SenseVerdict("unclear", None, "a statement, not a question: a reader replies, not asks")
     if claim == "answer":
-        opening = open_definite(turn, dialog, passages, checker.heads, checker.names)
+        opening = open_definite(turn, dialog, documents, checker.heads, checker.names)
         if opening:
             return SenseVerdict("unclear", None, f"an open reference: {opening!r}")
         alone = None if history else needs_its_dialog(turn, passages)
@@ -185,10 +185,10 @@ def _verify_open(
     dialog nor the passages resolve."""
     from clariedge.construct.text import find_anchor
 
-    dialog, passages = " ".join(history), " ".join(d.title + " " + d.text for d in documents)
+    dialog = " ".join(history)
     anchor = find_anchor(turn, None)
     heads = checker.heads | {stem(reference)} if reference else checker.heads
-    definite = open_definite(turn, dialog, passages, heads, checker.names)
+    definite = open_definite(turn, dialog, documents, heads, checker.names)
     if anchor is None and definite is None:
         return SenseVerdict("unclear", None, "nothing in the turn points outside it")
     if definite is None and history:

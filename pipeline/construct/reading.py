@@ -13,10 +13,11 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from clariedge.construct.senses import QUESTION_WORDS
 from clariedge.construct.text import stem, terms
+from clariedge.schema import Document
 from clariedge.text import STOP, words
 
 _COMPOUND = re.compile(r"[A-Za-z0-9]+(?:-[A-Za-z0-9]+)+|[A-Za-z]*\d[A-Za-z0-9]*[A-Za-z][A-Za-z0-9]*")
@@ -152,19 +153,42 @@ OPEN_HEADS = frozenset(
 _DESCRIBED = re.compile(r"(?:est|first|last|next|same|other|main|whole|entire|only)$")
 
 
+def document_key(document: Document) -> str:
+    """What a passage is about, as far as the passages tell: its document's title (passages of one document are
+    about one thing); an untitled passage stands for itself."""
+    return document.title or document.doc_id
+
+
 def open_definite(
-    turn: str, dialog: str, documents: str, heads: frozenset[str] = OPEN_HEADS, names: frozenset[str] = frozenset()
+    turn: str,
+    dialog: str,
+    documents: Sequence[Document],
+    heads: frozenset[str] = OPEN_HEADS,
+    names: frozenset[str] = frozenset(),
 ) -> str | None:
     """A definite or possessive reference to a thing of a kind ("this plan", "the capital city", "our region")
-    that nothing names, or None: "the"/"this" need the dialog or the passages to name it, "our"/"my" the dialog
-    (passages cannot know which region is the user's). A name or an "of" phrase right after the noun names it
-    ("the planet Mercury", "the country of Georgia"); so does a modifier that is one of `names` or a superlative."""
-    said, shown = terms(dialog), terms(dialog + " " + documents)
+    that nothing names, or None: "the"/"this" need the dialog, or the passages of one document, to name it;
+    "our"/"my" the dialog (passages cannot know which region is the user's). Passages of several documents that
+    each name the noun name several things of the kind ("the clinic" with passages about two clinics): that
+    leaves it open. A name or an "of" phrase right after the noun names it ("the planet Mercury", "the country
+    of Georgia"); so does a modifier that is one of `names` or a superlative."""
+    said = terms(dialog)
+    by_document: dict[str, set[str]] = {}
+    for d in documents:
+        by_document.setdefault(document_key(d), set()).update(terms(d.title + " " + d.text))
+
+    def named(term: str, possessive: bool) -> bool:
+        if term in said:
+            return True
+        return not possessive and sum(term in t for t in by_document.values()) == 1
+
     for m in _DEFINITE.finditer(turn):
         det, first, second = (g.lower() if g else g for g in m.groups())
-        have = said if det in _POSSESSIVE_DETS else shown
+        possessive = det in _POSSESSIVE_DETS
         for noun, mod, end in ((first, None, m.end(2)), (second, first, m.end(3))):
-            if not noun or stem(noun) not in heads or stem(noun) in have or (mod is not None and stem(mod) in have):
+            if not noun or stem(noun) not in heads or named(stem(noun), possessive):
+                continue
+            if mod is not None and named(stem(mod), possessive):
                 continue
             if mod is not None and (stem(mod) in names or _DESCRIBED.search(mod)):
                 continue  # "the penobscot river" (a name), "the longest river" (a description that picks one)
