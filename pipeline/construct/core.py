@@ -269,7 +269,7 @@ def _retrieved_docs(seed: SeedTurn, turn: str, hidden: set[str], ctx: _Ctx, noun
     may settle the turn (a billing passage settles "when do the invoices come out?").
 
     With chance `several_things_prob` the open reference's `noun` is not hidden: the passages then name it for
-    several things of its kind ("the clinic" with passages about two clinics), as real retrievers return for
+    several things of its kind ("the office" with passages about two offices), as real retrievers return for
     such a turn, and the turn is no less open: `checks.verify` reads a noun several documents name as unnamed."""
     want = min(len(seed.documents), ctx.cfg.max_documents) or ctx.cfg.max_documents
     if noun and ctx.cfg.several_things_prob > 0 and ctx.rng.random() < ctx.cfg.several_things_prob:

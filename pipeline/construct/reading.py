@@ -169,7 +169,7 @@ def open_definite(
     """A definite or possessive reference to a thing of a kind ("this plan", "the capital city", "our region")
     that nothing names, or None: "the"/"this" need the dialog, or the passages of one document, to name it;
     "our"/"my" the dialog (passages cannot know which region is the user's). Passages of several documents that
-    each name the noun name several things of the kind ("the clinic" with passages about two clinics): that
+    each name the noun name several things of the kind ("the office" with passages about two offices): that
     leaves it open. A name or an "of" phrase right after the noun names it ("the planet Mercury", "the country
     of Georgia"); so does a modifier that is one of `names` or a superlative."""
     said = terms(dialog)
