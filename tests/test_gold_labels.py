@@ -89,6 +89,9 @@ def test_checks_agree_with_the_reader_for_every_method_on_by_default(checker) ->
         ("g262", "ask"),  # "the office" with passages about two offices: which one?
         ("g263", "answer"),  # ... with two passages of one office's document
         ("g264", "not_ask"),  # "the program" after a steak chat, passages about two programs: not a clear row
+        ("g265", "not_ask"),  # "the database connection" after a gardening chat: which product's?
+        ("g266", "answer"),  # "our reports are slowing down the dashboard. would ... help?": the user's own
+        ("g267", "not_ask"),  # "the python SDK" after a car chat, a ferry passage: which product's?
     ],
 )
 def test_audit_cases(checker, gid: str, expected: str) -> None:

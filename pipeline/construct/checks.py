@@ -112,7 +112,8 @@ def verify(
         return SenseVerdict("unclear", None, "a statement, not a question: a reader replies, not asks")
     if claim == "answer":
         opening = open_definite(turn, dialog, documents, checker.heads, checker.names)
-        if opening:
+        # "our queries are slowing down the app. would a replica help?": the user describes their own app
+        if opening and not _introduced(turn):
             return SenseVerdict("unclear", None, f"an open reference: {opening!r}")
         alone = None if history else needs_its_dialog(turn, passages)
         if alone:

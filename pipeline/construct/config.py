@@ -92,11 +92,6 @@ class ConstructConfig(StageConfig):
         le=1.0,
         description="chance a turn whose label is not the passages' (clear, resolved by its dialog) is shown a retriever's miss",
     )
-    several_things_prob: float = Field(
-        ge=0.0,
-        le=1.0,
-        description="chance an open reference's passages name its noun for several things of its kind",
-    )
     entities_per_seed: int = Field(ge=0, description="entities generalised per seed turn (loose questions)")
     length_match: list[Literal["clear", "hard_negative"]] = Field(
         description="answer categories thinned where their last turn's surface is over-represented against asks"

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from clariedge.construct.checks import RowChecker, verify
 from clariedge.construct.config import GENERATOR, METHODS, ConstructConfig
 from clariedge.construct.entities import Entity
-from clariedge.construct.reading import document_key, drop_openers
+from clariedge.construct.reading import drop_openers
 from clariedge.construct.senses import SenseJudge
 from clariedge.construct.text import Anchor, mentions_any, passage_terms, referent_terms, terms
 from clariedge.construct.wording import LEAD_INS, clarify_dialog, pick
@@ -229,23 +229,6 @@ def corpus_passages(seeds: Sequence[SeedTurn]) -> list[Passage]:
     return [seen[k] for k in sorted(seen)]
 
 
-def _ranked(
-    turn: str, ctx: _Ctx, *, skip_conversation: str, hidden: Set[str] = frozenset(), capped: bool = False
-) -> list[Passage]:
-    """The corpus passages in the order a hybrid retriever ranks them for `turn` (see `retrieve`)."""
-    checker = ctx.checker
-    assert checker is not None
-    query = terms(turn) - hidden
-    ranked = []
-    for p in ctx.passages:
-        if p.conversation_id == skip_conversation or hidden & p.terms:
-            continue
-        sim = checker.similarity(turn, p.text)
-        if not capped or sim < checker.passage_max_similarity:
-            ranked.append((-sim - len(query & p.terms) / max(1, len(query)), p.document.doc_id, p))
-    return [p for *_, p in sorted(ranked)]
-
-
 def retrieve(
     turn: str, ctx: _Ctx, want: int, *, skip_conversation: str, hidden: Set[str] = frozenset(), capped: bool = False
 ) -> list[Document]:
@@ -259,30 +242,27 @@ def retrieve(
     the turn's words the passages contain tell turns that need a question from the others at ROC AUC 0.39-0.61.
     Passages drawn from another domain taught "unrelated passages -> ask" (ROC AUC 0.93 on the train split,
     2026-12-06); ranked by meaning alone they shared few of an open turn's words (0.86, 2026-12-06, late)."""
-    ranked = _ranked(turn, ctx, skip_conversation=skip_conversation, hidden=hidden, capped=capped)
-    return [p.document for p in ranked[:want]]
+    checker = ctx.checker
+    assert checker is not None
+    query = terms(turn) - hidden
+    ranked = []
+    for p in ctx.passages:
+        if p.conversation_id == skip_conversation or hidden & p.terms:
+            continue
+        sim = checker.similarity(turn, p.text)
+        if not capped or sim < checker.passage_max_similarity:
+            ranked.append((-sim - len(query & p.terms) / max(1, len(query)), p.document.doc_id, p.document))
+    return [d for *_, d in sorted(ranked)[:want]]
 
 
-def _retrieved_docs(seed: SeedTurn, turn: str, hidden: set[str], ctx: _Ctx, noun: str | None = None) -> list[Document]:
+def _retrieved_docs(seed: SeedTurn, turn: str, hidden: set[str], ctx: _Ctx) -> list[Document]:
     """The passages a retriever returns for an open turn, as many as the seed's own turn retrieved: from other
     conversations, none mentioning `hidden` (the open reference's noun or what it left out) nor so close that it
     may settle the turn (a billing passage settles "when do the invoices come out?").
 
-    With chance `several_things_prob` the open reference's `noun` is not hidden: the passages then name it for
-    several things of its kind ("the office" with passages about two offices), as real retrievers return for
-    such a turn, and the turn is no less open: `checks.verify` reads a noun several documents name as unnamed."""
+    (Passages that name the open noun for several things of its kind, "the office" with passages about two
+    offices, were tried and removed: Abg-CoQA balanced accuracy 0.66 -> 0.56, docs/training.md, 2026-12-07.)"""
     want = min(len(seed.documents), ctx.cfg.max_documents) or ctx.cfg.max_documents
-    if noun and ctx.cfg.several_things_prob > 0 and ctx.rng.random() < ctx.cfg.several_things_prob:
-        named = terms(noun)
-        ranked = _ranked(turn, ctx, skip_conversation=seed.conversation_id, hidden=hidden - named, capped=True)
-        things: dict[str, Passage] = {}
-        for p in ranked:
-            if named <= p.terms and len(things) < max(2, want):
-                things.setdefault(document_key(p.document), p)
-        if len(things) >= 2:
-            shown = list(things.values())
-            shown += [p for p in ranked if not named & p.terms][: max(0, want - len(shown))]
-            return [p.document for p in sorted(shown, key=ranked.index)]
     return retrieve(turn, ctx, want, skip_conversation=seed.conversation_id, hidden=hidden, capped=True)
 
 
@@ -365,13 +345,7 @@ def stitch(
             "ad_stitched",
             host.messages[:-1],
             turn,
-            _retrieved_docs(
-                seed,
-                turn,
-                hidden | _with_anchor(avoid_terms, anchor),
-                ctx,
-                noun=anchor.text if anchor.kind == "noun" and not senses else None,
-            ),
+            _retrieved_docs(seed, turn, hidden | _with_anchor(avoid_terms, anchor), ctx),
             clarification=clar,
             template=".".join(t for t in (template, ctmpl) if t),
             senses=senses,

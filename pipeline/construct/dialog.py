@@ -62,7 +62,7 @@ def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
             "ad_generalized_unpinned",
             [],
             seed.last_turn,
-            _retrieved_docs(seed, seed.last_turn, ref | terms(reference), ctx, noun=reference),
+            _retrieved_docs(seed, seed.last_turn, ref | terms(reference), ctx),
             clarification=clar,
             template=f"open.{tmpl}",
             reference=reference,

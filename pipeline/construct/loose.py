@@ -170,10 +170,7 @@ def _open_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn], lq: _Loose) 
             "ad_generalized_unpinned",
             [],
             lq.loose,
-            # a shared name's passages are its senses' (`_document_rows`); a noun of a kind may name several things
-            _retrieved_docs(
-                seed, lq.loose, lq.hidden | terms(entity.head), ctx, noun=None if lq.senses else lq.anchor.text
-            ),
+            _retrieved_docs(seed, lq.loose, lq.hidden | terms(entity.head), ctx),
             clarification=clar,
             interpretations=labels,
             senses=lq.senses,
@@ -324,9 +321,7 @@ def _class_rows(
             "ad_generalized_unpinned",
             unpinned,
             general,
-            _retrieved_docs(
-                seed, general, terms(cls) | set().union(*(terms(e.head) for e in family)), ctx, noun=anchor.text
-            ),
+            _retrieved_docs(seed, general, terms(cls) | set().union(*(terms(e.head) for e in family)), ctx),
             clarification=clar,
             template=f"{tmpl}.{ctmpl}",
         )

@@ -146,6 +146,36 @@ OPEN_HEADS = frozenset(
         "meeting",
         "job",
         "position",
+        # the parts of a product or a system: "the mobile SDK", "the phone connection" stand alone only in their
+        # own conversation about one product (MTRAG rewrites placed after another conversation, read as asks in
+        # two blind readings, 2026-12-07)
+        "sdk",
+        "api",
+        "widget",
+        "server",
+        "connection",
+        "instance",
+        "cluster",
+        "node",
+        "database",
+        "app",
+        "dashboard",
+        "bucket",
+        "tool",
+        "feature",
+        "platform",
+        "machine",
+        "entry",
+        "list",
+        "console",
+        "website",
+        "portal",
+        "subscription",
+        "workspace",
+        "repository",
+        "certificate",
+        "plugin",
+        "interface",
     ]
 )
 
