@@ -133,6 +133,13 @@ def check_labels(rows: list[Example], seeds: list[SeedTurn]) -> None:
                 assert entity.mentioned_in(r.resolution), where
             else:  # the dialog supplies what the turn leaves out
                 assert hidden & _prior_terms(r), where
+        elif r.category == "ambiguous_dialog" and prov.method == "ad_two_candidates":
+            # what the turn leaves out is in the dialog, beside another thing of its kind; the question names both
+            assert r.clarification and r.resolution is None and seed.rewrite, where
+            assert (terms(seed.rewrite) - terms(r.last_turn)) & _prior_terms(r), where
+            entities = [entity_of_title(i) for i in r.interpretations]
+            assert len(entities) == 2 and all(e and e.mentioned_in(r.messages[-3].content) for e in entities), where
+            assert not any(e and e.mentioned_in(r.last_turn) for e in entities), where
         elif r.category == "ambiguous_dialog":
             assert r.clarification and r.resolution is None, where
             hidden = referent_terms(seed) if prov.method == "ad_cut_before_referent" else set()
@@ -820,18 +827,46 @@ def test_a_clear_turn_may_be_shown_passages_that_miss_it(sample_seeds: list[Seed
     assert missed and not any(missed)
 
 
-def test_an_open_turn_is_never_shown_passages_naming_its_noun(sample_seeds: list[SeedTurn]) -> None:
+def test_an_open_turn_is_never_shown_passages_naming_its_noun(sample_rows: list[Example]) -> None:
     """An open reference's passages are what a retriever finds on its other words: none names its open noun, which
     would pin it down ("which plan?" beside a passage about one plan). The noun is read from the row's own
-    question: the word the turn and the clarification share."""
-    rows, _, _ = construct(
-        sample_seeds, params_section("synthesize.construct", separability=False), rng=random.Random(3)
-    )
-    asks = [r for r in rows if r.category == "ambiguous_dialog" and r.documents]
+    question: the word the turn and the clarification share. (Two things compared are shown one passage each:
+    `test_two_things_compared_then_it_asks_which`.)"""
+    asks = [
+        r
+        for r in sample_rows
+        if r.category == "ambiguous_dialog" and r.documents and r.provenance.method != "ad_two_candidates"
+    ]
     assert len(asks) >= 20
     for r in asks:
         noun = terms(r.last_turn) & terms(r.clarification or "")
         assert not any(noun & terms(f"{d.title} {d.text}") for d in r.documents), (r.last_turn, r.clarification)
+
+
+def test_two_things_compared_then_it_asks_which(sample_rows: list[Example]) -> None:
+    """`ad_two_candidates`: the user compared two variants of one name and the assistant described both; the turn's
+    "it" fits either, so the clarification names the two, and their passages (one each) are shown after retrieval.
+    `clear_one_of_two`: the precise question after the same dialog names exactly one of them."""
+    from clariedge.construct.entities import entity_of_title
+
+    asks = [r for r in sample_rows if r.provenance.method == "ad_two_candidates"]
+    clear = [r for r in sample_rows if r.provenance.method == "clear_one_of_two"]
+    assert len({r.provenance.seed_id for r in asks}) >= 5 and clear
+    for r in asks + clear:
+        compared, described = r.messages[-3].content, r.messages[-2].content
+        titles = {d.title for d in r.documents}
+        assert r.messages[-2].role == "assistant" and len(described) > 100
+        if r.needs_clarification:
+            assert re.search(r"\bit\b", r.last_turn, re.I), r.last_turn
+            assert r.clarification and "(" not in r.clarification and len(r.interpretations) == 2
+            for e in map(entity_of_title, r.interpretations):  # each told apart in the comparison and the question
+                assert e and e.modifier_terms() <= terms(compared) & terms(r.clarification), (e, r.clarification)
+        if r.setting == "post_retrieval":
+            assert len(titles) == 2
+            entities = [entity_of_title(t) for t in titles]
+            assert all(e is not None and e.mentioned_in(compared) for e in entities), compared
+            named = [e for e in entities if e.mentioned_in(r.last_turn)]
+            assert len(named) == (0 if r.needs_clarification else 1), r.last_turn
 
 
 def test_asks_are_shown_passages_on_their_words(mtrag_rows: list[Example]) -> None:

@@ -92,6 +92,11 @@ def test_checks_agree_with_the_reader_for_every_method_on_by_default(checker) ->
         ("g265", "not_ask"),  # "the database connection" after a gardening chat: which product's?
         ("g266", "answer"),  # "our reports are slowing down the dashboard. would ... help?": the user's own
         ("g267", "not_ask"),  # "the python SDK" after a car chat, a ferry passage: which product's?
+        ("g268", "ask"),  # "what happens if I take it out before I turn 59?" after two IRAs were compared
+        ("g274", "not_ask"),  # "is it still used in thermometers?" after the planet and the element: the element
+        ("g275", "not_ask"),  # "does it take over automatically?" after two replicas: only the standby does
+        ("g279", "answer"),  # the precise question after the same comparison
+        ("g285", "not_ask"),  # "it" after two IRAs, claimed clear
     ],
 )
 def test_audit_cases(checker, gid: str, expected: str) -> None:

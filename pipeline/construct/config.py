@@ -15,6 +15,7 @@ METHODS: dict[str, str] = {
     "clear_as_is": "clear",
     "clear_rewrite": "clear",
     "clear_specific_docs": "clear",
+    "clear_one_of_two": "clear",
     "hn_dialog_resolves": "hard_negative",
     "hn_generalized_in_dialog": "hard_negative",
     "hn_documents_resolve": "hard_negative",
@@ -22,6 +23,7 @@ METHODS: dict[str, str] = {
     "ad_cut_before_referent": "ambiguous_dialog",
     "ad_stitched": "ambiguous_dialog",
     "ad_generalized_unpinned": "ambiguous_dialog",
+    "ad_two_candidates": "ambiguous_dialog",
     "adoc_entity_collision": "ambiguous_documents",
 }
 

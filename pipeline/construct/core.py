@@ -45,7 +45,10 @@ class _Ctx:
 
 TOPIC_SWITCHES = frozenset({"Different question: ", "Unrelated, but ", "Changing the subject, ", "Something else: "})
 # rows whose label rests on the dialog resolving the turn: an explicit topic switch would cut that link
-_DIALOG_RESOLVED = frozenset({"hn_dialog_resolves", "hn_generalized_in_dialog"})
+# a turn that goes on with the dialog's own topic: no topic-switch lead-in ("Unrelated, but")
+_CONTINUES_DIALOG = frozenset(
+    {"hn_dialog_resolves", "hn_generalized_in_dialog", "ad_two_candidates", "clear_one_of_two"}
+)
 
 
 def _surface(text: str, ctx: _Ctx, switch_ok: bool = True, after_dialog: bool = True) -> tuple[str, list[str]]:
@@ -102,6 +105,8 @@ def contradiction(ex: Example, seed: SeedTurn) -> str | None:
     resolved by documents or by the turn itself) must find it in the dialog."""
     prior = set().union(*(terms(m.content) for m in ex.messages[:-1])) if len(ex.messages) > 1 else set()
     method = ex.provenance.method
+    if method == "ad_two_candidates":
+        return None  # the dialog names what is missing, and another thing of its kind: `checks.verify` reads it
     if ex.category == "ambiguous_dialog":
         hidden = referent_terms(seed) if method == "ad_cut_before_referent" else set()
         hidden = hidden or terms(seed.rewrite or seed.last_turn) - terms(ex.last_turn)
@@ -148,7 +153,7 @@ class _Emitter:
         if not history:  # a conversation's first turn: no "ok and", "going back to energy -" (a blind audit's cue)
             turn = drop_openers(turn)
         if surface:
-            turn, tags = _surface(turn, self.ctx, switch_ok=method not in _DIALOG_RESOLVED, after_dialog=bool(history))
+            turn, tags = _surface(turn, self.ctx, switch_ok=method not in _CONTINUES_DIALOG, after_dialog=bool(history))
         tmpl = ".".join(t for t in (template, *tags) if t) or "as_is"
         category = METHODS[method]
         try:

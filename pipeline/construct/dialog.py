@@ -3,6 +3,7 @@ dialog), `ad_cut_before_referent` (dialog cut before the referent), `ad_stitched
 
 from __future__ import annotations
 
+from clariedge.construct.compare import two_candidate_rows
 from clariedge.construct.core import (
     _Ctx,
     _cut_dialog,
@@ -14,7 +15,7 @@ from clariedge.construct.core import (
     is_donor,
     stitch,
 )
-from clariedge.construct.text import anchored_referent, find_anchor, mentions_any, referent_terms, terms
+from clariedge.construct.text import Anchor, anchored_referent, find_anchor, mentions_any, referent_terms, terms
 from clariedge.construct.wording import clarify_dialog
 from clariedge.schema import Document, SeedTurn
 
@@ -54,6 +55,8 @@ def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
     reference = anchor.text if anchor.kind == "noun" else None
     if alone:
         return
+    if anchor.kind == "thing":
+        _compared(em, seed, anchor)
     if _want(ctx, "ad_generalized_unpinned") and reference:
         # the same complete question with a definite reference ("what did the adjudicator say?") as the first
         # turn of a conversation: nothing before it can pin the reference down
@@ -82,6 +85,23 @@ def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
         ctx.skipped["ad_stitched:pronoun_anchor"] += 1
         return
     stitch(em, seed, hosts, seed.last_turn, anchor, avoid_terms=ref, hidden=ref, reference=reference)
+
+
+def _compared(em: _Emitter, seed: SeedTurn, anchor: Anchor) -> None:
+    """`ad_two_candidates` / `clear_one_of_two` for a turn whose "it" stands for the one thing of a kind its rewrite
+    names ("how much does it cost?" -> "... the Roth IRA ..."): after a dialog that compared it with another."""
+    assert seed.rewrite is not None
+    for _, group in sorted(em.ctx.groups.items()):
+        members = [e for _, e in sorted(group.items())]
+        named = [e for e in members if e.mentioned_in(seed.rewrite) and not e.mentioned_in(seed.last_turn)]
+        if len(named) == 1:
+            entity = named[0]
+            before = _cut_dialog(seed.messages[:-1], set(), members)
+            siblings = [e for e in members if e is not entity]
+            two_candidate_rows(
+                em, seed, seed.last_turn, seed.rewrite, entity, siblings, before, f"anchor.{anchor.kind}"
+            )
+            return
 
 
 def _referent_free_docs(seed: SeedTurn, ref: set[str], cut_len: int, ctx: _Ctx) -> list[Document]:

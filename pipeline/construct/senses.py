@@ -116,6 +116,10 @@ QUESTION_WORDS = frozenset(
 )
 
 
+# the judge's reason for a turn with words that none of the senses' passages use (it says nothing of which)
+WORDS_NO_SENSE_USES = "words no sense's passages use"
+
+
 @dataclass(frozen=True)
 class SenseVerdict:
     label: Verdict
@@ -203,7 +207,7 @@ class SenseJudge:
         if margin >= self.answer_min_margin:
             return SenseVerdict("answer", top, "the turn is far closer to one sense", tuple(unsupported), margin)
         if unsupported:
-            return SenseVerdict("unclear", None, "words no sense's passages use", tuple(unsupported), margin)
+            return SenseVerdict("unclear", None, WORDS_NO_SENSE_USES, tuple(unsupported), margin)
         if margin > self.ask_max_margin:
             return SenseVerdict("unclear", None, "leans to one sense", (), margin)
         shared = self._same_answer(turn, senses) if retrieved else []

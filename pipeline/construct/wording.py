@@ -127,6 +127,16 @@ CLARIFY_DOCS: dict[str, list[str]] = {
         "The passages mention {list}. Could you narrow it down?",
     ],
 }
+# how a user asks to compare two things of one kind (`compare.two_candidate_rows`); {a}, {b}: their plain names
+COMPARE = [
+    "what's the difference between {a} and {b}?",
+    "how do {a} and {b} compare?",
+    "can you tell me about {a} and {b}?",
+    "could you compare {a} with {b} for me?",
+    "what are the main differences between {a} and {b}?",
+    "tell me a bit about {a} and {b}, please",
+    "how is {a} different from {b}?",
+]
 LEAD_INS = [
     "Okay, ",
     "Thanks. ",
