@@ -44,8 +44,8 @@ class _Ctx:
 
 
 TOPIC_SWITCHES = frozenset({"Different question: ", "Unrelated, but ", "Changing the subject, ", "Something else: "})
-# rows whose label rests on the dialog resolving the turn: an explicit topic switch would cut that link
-# a turn that goes on with the dialog's own topic: no topic-switch lead-in ("Unrelated, but")
+# rows whose label rests on the turn going on with the dialog's topic (it resolves the turn, or names two candidates):
+# an explicit topic switch ("Unrelated, but") would cut that link
 _CONTINUES_DIALOG = frozenset(
     {"hn_dialog_resolves", "hn_generalized_in_dialog", "ad_two_candidates", "clear_one_of_two"}
 )
