@@ -71,6 +71,8 @@ def two_candidate_rows(
     assistant describes both; then `turn` (open between the two: `ad_two_candidates`) or `precise` (naming
     `entity`: `clear_one_of_two`). Post-retrieval, one passage of each is shown."""
     ctx = em.ctx
+    if not (_want(ctx, "ad_two_candidates") or _want(ctx, "clear_one_of_two")):
+        return  # off: no random draw, so the other methods' rows stay as they were
     if _OTHER_THING.search(turn):
         ctx.skipped["two_candidates:turn_names_another_thing"] += 1
         return
