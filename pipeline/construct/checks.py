@@ -148,8 +148,7 @@ def _verify_senses(
         return SenseVerdict("answer", next(iter(in_dialog)), "the dialog names one sense")
     if len(in_dialog) > 1:
         # "is it still used in thermometers?" after the planet and the element: the turn's words pick one of them
-        lean = checker.judge.judge(turn, sorted(in_dialog), terms(head)) if claim == "ask" else None
-        if lean is not None and lean.label == "answer":
+        if claim == "ask" and (lean := checker.judge.judge(turn, sorted(in_dialog), terms(head))).label == "answer":
             return SenseVerdict(
                 "unclear", None, f"the dialog names several senses; the turn's words pick {lean.sense!r}"
             )

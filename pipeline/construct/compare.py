@@ -16,11 +16,10 @@ from collections.abc import Sequence
 from clariedge.construct.core import _Ctx, _Emitter, _want
 from clariedge.construct.entities import Entity
 from clariedge.construct.senses import WORDS_NO_SENSE_USES
-from clariedge.construct.text import stem, terms
+from clariedge.construct.text import sentences, stem, terms
 from clariedge.construct.wording import COMPARE, clarify_documents, pick, plain_label
 from clariedge.schema import Document, Message, SeedTurn
 
-_SENTENCES = re.compile(r"(?<=[.!?])\s+")
 # a definite or demonstrative noun phrase: "it" may stand for it ("and that one-day service, can we use it for her?"),
 # or it is itself what is open ("what did the adjudicator say about it?"), not which of the two things
 _OTHER_THING = re.compile(r"\b(?:the|this|that|these|those)\s+[a-z]", re.I)
@@ -44,9 +43,9 @@ def comparable(ctx: _Ctx, entity: Entity, siblings: Sequence[Entity]) -> list[En
     ]
 
 
-def _lead(documents: Sequence[Document], sentences: int = 2) -> str:
+def _lead(documents: Sequence[Document], count: int = 2) -> str:
     """What an assistant says of a thing first: the leading sentences of its first passage."""
-    return " ".join(_SENTENCES.split(documents[0].text.strip())[:sentences])
+    return " ".join(sentences(documents[0].text.strip())[:count])
 
 
 def _open_between(ctx: _Ctx, turn: str, pair: Sequence[Entity]) -> bool:
@@ -71,8 +70,6 @@ def two_candidate_rows(
     assistant describes both; then `turn` (open between the two: `ad_two_candidates`) or `precise` (naming
     `entity`: `clear_one_of_two`). Post-retrieval, one passage of each is shown."""
     ctx = em.ctx
-    if not (_want(ctx, "ad_two_candidates") or _want(ctx, "clear_one_of_two")):
-        return  # off: no random draw, so the other methods' rows stay as they were
     if _OTHER_THING.search(turn):
         ctx.skipped["two_candidates:turn_names_another_thing"] += 1
         return

@@ -55,8 +55,8 @@ def _dialog_rows(em: _Emitter, seed: SeedTurn, hosts: list[SeedTurn]) -> None:
     reference = anchor.text if anchor.kind == "noun" else None
     if alone:
         return
-    if anchor.kind == "thing":
-        _compared(em, seed, anchor)
+    if anchor.kind == "thing" and (_want(ctx, "ad_two_candidates") or _want(ctx, "clear_one_of_two")):
+        _compared(em, seed, anchor)  # (off by default: nothing searched, no random draw)
     if _want(ctx, "ad_generalized_unpinned") and reference:
         # the same complete question with a definite reference ("what did the adjudicator say?") as the first
         # turn of a conversation: nothing before it can pin the reference down

@@ -21,7 +21,7 @@ from typing import Literal
 
 import numpy as np
 
-from clariedge.construct.text import stem, terms
+from clariedge.construct.text import sentences, stem, terms
 from clariedge.schema import Document
 
 Verdict = Literal["ask", "answer", "unclear"]
@@ -221,10 +221,10 @@ class SenseJudge:
         q = self._vec(turn)
         found: list[set[str]] = []
         for s in senses:
-            sentences = [x for d in self.docs_by_title.get(s, []) for x in re.split(r"(?<=[.!?])\s+", d.text) if x]
-            if not sentences:
+            said = [x for d in self.docs_by_title.get(s, []) for x in sentences(d.text)]
+            if not said:
                 return []
-            best = max(sentences, key=lambda x: float(self._vec(x) @ q))
+            best = max(said, key=lambda x: float(self._vec(x) @ q))
             found.append(set(_FIGURE.findall(best)))
         return sorted(set.intersection(*found)) if found else []
 

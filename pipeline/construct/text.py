@@ -78,6 +78,14 @@ _NOT_NOUNS = frozenset(
 )
 
 
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of a passage: split after ".", "!" or "?" and the space that follows."""
+    return [s for s in _SENTENCE_END.split(text) if s]
+
+
 def stem(word: str) -> str:
     w = word.lower().replace("’", "'")
     if w.endswith("'s"):
