@@ -125,10 +125,11 @@ def _read_one(path: Path, rejects: Rejects) -> Iterator[SeedTurn]:
 
 
 def merge_seed_turns(seeds: list[SeedTurn]) -> list[SeedTurn]:
-    """One row per (conversation, turn): the richest dialog, the first documents, any rewrite."""
-    groups: dict[tuple[str, int], list[SeedTurn]] = defaultdict(list)
+    """One row per (conversation, turn) and per hand-written open variant of it: the richest dialog, the first
+    documents, any rewrite."""
+    groups: dict[tuple[str, int, bool], list[SeedTurn]] = defaultdict(list)
     for s in seeds:
-        groups[(s.conversation_id, s.turn)].append(s)
+        groups[(s.conversation_id, s.turn, s.clarification is not None)].append(s)
     merged = []
     for key in sorted(groups):
         group = groups[key]
@@ -152,6 +153,7 @@ def transform(paths: list[str | Path]) -> tuple[list[SeedTurn], Rejects, dict[st
         "grounded_turns": sum(1 for s in seeds if s.documents),
         "with_rewrite": sum(1 for s in seeds if s.rewrite),
         "non_standalone": sum(1 for s in seeds if not s.is_standalone),
+        "open_variants": sum(1 for s in seeds if s.clarification),
         "rejected": len(rejects),
         **rejects.counts(),
         "by_format": dict(sorted(by_format.items())),

@@ -3,7 +3,8 @@
 Every problem becomes a reject with file and line, never a traceback: an unreadable or empty file, a
 line that is not UTF-8 or not a JSON object, a row that fails the `SeedTurn` schema, a repeated id.
 The project's JSONL (`read_clariedge`) holds one conversation per line (`turns`) or one seed turn per
-line (`messages`), see `data/sample/README.md`. The MTRAG and BEIR readers are `clariedge.ingest_mtrag`.
+line (`messages`), see `data/sample/README.md`; a user turn's hand-written `open_variant` becomes a seed turn
+of its own that carries the writer's `clarification`. The MTRAG and BEIR readers are `clariedge.ingest_mtrag`.
 """
 
 from __future__ import annotations
@@ -171,6 +172,40 @@ def _conversation_seeds(obj: dict[str, Any], where: str, source: Source, rejects
         )
         if seed:
             yield seed
+            if t.get("open_variant") is not None:
+                variant = _open_variant(seed, t["open_variant"], f"{where} turns.{i}.open_variant", rejects)
+                if variant:
+                    yield variant
+
+
+def _open_variant(seed: SeedTurn, raw: Any, where: str, rejects: Rejects) -> SeedTurn | None:
+    """A sample's hand-written `open_variant` of a user turn: `{"content", "clarification", "documents"?}`, what
+    the user might have asked at this point instead, which the dialog before it leaves open (the writer's
+    `clarification` is the question to ask). A seed turn of its own (`::open`), with the turn's documents unless
+    it names its own."""
+    try:
+        if not isinstance(raw, dict):
+            raise RowError("expected an object with content, clarification and optional documents")
+        content = require(raw, "content", str)
+        clarification = require(raw, "clarification", str)
+        docs = raw.get("documents")
+        documents = seed.documents if docs is None else [_turn_document(j, d) for j, d in enumerate(docs)]
+    except RowError as err:
+        rejects.add("invalid_row", where, str(err), raw)
+        return None
+    return validated_seed(
+        rejects,
+        where,
+        raw,
+        **{
+            **seed.model_dump(include={"conversation_id", "turn", "domain"}),
+            "messages": [*seed.messages[:-1], Message(role="user", content=content)],
+            "last_turn": content,
+            "documents": documents,
+            "clarification": clarification,
+            "source": seed.source.model_copy(update={"task_id": f"{seed.id}::open"}),
+        },
+    )
 
 
 def _turn_document(j: int, d: Any) -> Document:

@@ -78,6 +78,12 @@ class SeedTurn(_Record):
     rewrite: str | None = None
     documents: list[Document] = []
     source: Source
+    clarification: str | None = Field(
+        default=None,
+        min_length=1,
+        description="the question the dialog's writer would ask here: the turn, at this point of its dialog, is "
+        "open (a sample's hand-written `open_variant`); None for every turn as it was asked",
+    )
 
     _dialog = field_validator("messages")(_check_dialog)
 
@@ -89,7 +95,7 @@ class SeedTurn(_Record):
 
     @property
     def id(self) -> str:
-        return f"{self.conversation_id}::{self.turn}"
+        return f"{self.conversation_id}::{self.turn}" + ("::open" if self.clarification else "")
 
     @property
     def is_standalone(self) -> bool:

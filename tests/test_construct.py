@@ -133,6 +133,11 @@ def check_labels(rows: list[Example], seeds: list[SeedTurn]) -> None:
                 assert entity.mentioned_in(r.resolution), where
             else:  # the dialog supplies what the turn leaves out
                 assert hidden & _prior_terms(r), where
+        elif prov.method == "ad_as_written":
+            # a writer's label: the row is the writer's variant after the seed's own dialog, with the writer's question
+            assert seed.clarification and r.clarification == seed.clarification, where
+            assert r.messages[:-1] == seed.messages[:-1] and _norm(r.last_turn).endswith(_norm(seed.last_turn)), where
+            assert all(d in seed.documents for d in r.documents), where
         elif r.category == "ambiguous_dialog" and prov.method == "ad_two_candidates":
             # what the turn leaves out is in the dialog, beside another thing of its kind; the question names both
             assert r.clarification and r.resolution is None and seed.rewrite, where
@@ -831,11 +836,13 @@ def test_an_open_turn_is_never_shown_passages_naming_its_noun(sample_rows: list[
     """An open reference's passages are what a retriever finds on its other words: none names its open noun, which
     would pin it down ("which plan?" beside a passage about one plan). The noun is read from the row's own
     question: the word the turn and the clarification share. (Two things compared are shown one passage each:
-    `test_two_things_compared_then_it_asks_which`.)"""
+    `test_two_things_compared_then_it_asks_which`; a writer's open variant, the passages of every reading.)"""
     asks = [
         r
         for r in sample_rows
-        if r.category == "ambiguous_dialog" and r.documents and r.provenance.method != "ad_two_candidates"
+        if r.category == "ambiguous_dialog"
+        and r.documents
+        and r.provenance.method not in ("ad_two_candidates", "ad_as_written")
     ]
     assert len(asks) >= 20
     for r in asks:
@@ -867,6 +874,26 @@ def test_two_things_compared_then_it_asks_which(sample_rows: list[Example]) -> N
             assert all(e is not None and e.mentioned_in(compared) for e in entities), compared
             named = [e for e in entities if e.mentioned_in(r.last_turn)]
             assert len(named) == (0 if r.needs_clarification else 1), r.last_turn
+
+
+def test_a_writers_open_variant_is_asked_only_as_written(sample_rows: list[Example], sample_seeds) -> None:
+    """A sample turn's `open_variant` (a person wrote it, and the question to ask) makes `ad_as_written` rows and
+    nothing else: no method reads it as a turn to answer, a donor or a host. The turn as it was asked still makes
+    its own rows after the same dialog, so the two differ by the turn alone."""
+    written = {s.id: s for s in sample_seeds if s.clarification}
+    assert len(written) >= 40
+    by_method: dict[str, set[str]] = {}
+    for r in sample_rows:
+        by_method.setdefault(r.provenance.method, set()).add(r.provenance.seed_id)
+    assert by_method["ad_as_written"] == set(written)
+    assert all(not (ids & set(written)) for m, ids in by_method.items() if m != "ad_as_written")
+    # no other row shows a variant: not as a dialog's turn, not as its last turn
+    variants = {_norm(s.last_turn) for s in written.values()}
+    for r in sample_rows:
+        if r.provenance.method != "ad_as_written":
+            assert not any(_norm(m.content) in variants for m in r.messages if m.role == "user"), r.last_turn
+    answered = set().union(*(ids for m, ids in by_method.items() if METHODS[m] in ("clear", "hard_negative")))
+    assert sum(i.removesuffix("::open") in answered for i in written) >= len(written) // 3
 
 
 def test_asks_are_shown_passages_on_their_words(mtrag_rows: list[Example]) -> None:

@@ -88,7 +88,8 @@ def test_bundled_sample_has_what_later_stages_need(sample_dir: Path, extra: bool
     assert len(rejects) == 0
     convs: dict[str, list[SeedTurn]] = {}
     for s in seeds:
-        convs.setdefault(s.conversation_id, []).append(s)
+        if not s.clarification:  # a hand-written open variant is a seed of its own beside its turn
+            convs.setdefault(s.conversation_id, []).append(s)
     assert len(convs) >= 24
     assert len(stats["by_domain"]) >= 4
     assert all(3 <= len(turns) <= 8 for turns in convs.values())
@@ -138,6 +139,32 @@ def test_project_conversation_jsonl_expands_to_one_seed_per_user_turn(tmp_path: 
     assert seeds[1].rewrite == "When was Dune published?" and not seeds[1].is_standalone
     assert seeds[0].is_standalone and seeds[0].documents[0].title == "Dune"
     assert [m.role for m in seeds[1].messages] == ["user", "assistant", "user"]
+
+
+def test_open_variant_is_a_seed_of_its_own_after_the_same_dialog(tmp_path: Path) -> None:
+    # a writer's open variant of turn 2: the dialog before it, the variant as the last turn, the writer's question,
+    # its own passages; the turn as asked stays a seed of its own, and no rewrite is carried over to the variant
+    conv = json.loads(json.dumps(GOOD))
+    passage = {"doc_id": "d2", "title": "Dune Messiah", "text": "Dune Messiah is the second Dune novel."}
+    conv["turns"][2]["open_variant"] = {
+        "content": "and the sequel, when did that come out?",
+        "clarification": "Which sequel do you mean: Dune Messiah or Children of Dune?",
+        "documents": [passage],
+    }
+    broken = dict(GOOD, conversation_id="c2", turns=[*GOOD["turns"][:2], dict(GOOD["turns"][2], open_variant={})])
+    f = _write(tmp_path / "d.jsonl", [json.dumps(conv), json.dumps(broken)])
+    seeds, rejects, stats = transform([f])
+    by_id = {s.id: s for s in seeds}
+    variant = by_id["c1::2::open"]
+    assert by_id["c1::2"].last_turn == "when was it published?" and by_id["c1::2"].clarification is None
+    assert variant.last_turn == "and the sequel, when did that come out?" and variant.rewrite is None
+    assert variant.messages[:-1] == by_id["c1::2"].messages[:-1]
+    assert variant.clarification.startswith("Which sequel") and variant.documents[0].title == "Dune Messiah"
+    assert stats["open_variants"] == 1
+    # the broken variant is reported where it is; its turn and conversation are kept
+    assert "c2::2" in by_id and "c2::2::open" not in by_id
+    assert [r["where"] for r in rejects.rows] == [f"{f}:2 turns.2.open_variant"]
+    assert "content: field required" in rejects.rows[0]["detail"]
 
 
 def test_bad_rows_are_reported_with_line_and_field_and_good_rows_kept(tmp_path: Path) -> None:

@@ -15,6 +15,9 @@ known, and carries the evidence for its label:
     switch that drops its subject.
   * `ad_generalized_unpinned`: a complete, self-contained-looking question with a definite reference
     ("When does the plan renew?") that nothing in the dialog pins down.
+  * `ad_two_candidates`: "it" after a dialog that compared two things of one kind (off by default).
+  * `ad_as_written`: a sample writer's open variant of a turn, after the turn's own dialog, with the writer's
+    question (`SeedTurn.clarification`; no other method reads such a seed).
 - `ambiguous_documents` (post) `adoc_entity_collision`: the generalised question with documents about
   two or more distinct entities sharing a head (titles `Mercury (planet)` / `Mercury (element)`,
   `Penobscot River` / `Hudson River`); interpretations = those entities, the clarification names them.

@@ -13,7 +13,7 @@ from clariedge.construct.checks import build_checker, gold_precision
 from clariedge.construct.clear import _clear_rows
 from clariedge.construct.config import METHODS, ConstructConfig
 from clariedge.construct.core import _Ctx, _Emitter, corpus_passages, is_donor
-from clariedge.construct.dialog import _dialog_rows
+from clariedge.construct.dialog import _dialog_rows, written_rows
 from clariedge.construct.entities import _build_entities
 from clariedge.construct.loose import _generalized_rows
 from clariedge.construct.senses import EmbedFn
@@ -29,7 +29,11 @@ def construct(
     """Build examples of all four categories from `seeds`; deterministic given `rng`'s state.
 
     `embed_fn` embeds texts for the sense check (default: MiniLM, `clariedge.embed`)."""
-    seeds = sorted((_as_donor(s) if is_donor(s) else s for s in seeds), key=lambda s: (s.conversation_id, s.turn))
+    written = [s for s in seeds if s.clarification]  # a person labelled these: only `ad_as_written` reads them
+    seeds = sorted(
+        (_as_donor(s) if is_donor(s) else s for s in seeds if not s.clarification),
+        key=lambda s: (s.conversation_id, s.turn),
+    )
     by_conv: dict[str, list[SeedTurn]] = defaultdict(list)
     for s in seeds:
         by_conv[s.conversation_id].append(s)
@@ -50,6 +54,8 @@ def construct(
         _clear_rows(em, seed, hosts)
         _dialog_rows(em, seed, hosts)
         _generalized_rows(em, seed, hosts)
+    for seed in sorted(written, key=lambda s: (s.conversation_id, s.turn)):
+        written_rows(_Emitter(ctx, seed, out), seed)
     rows = _dedup(out, ctx)
     if cfg.length_match:
         rows = _surface_match(rows, ctx)

@@ -24,8 +24,13 @@ METHODS: dict[str, str] = {
     "ad_stitched": "ambiguous_dialog",
     "ad_generalized_unpinned": "ambiguous_dialog",
     "ad_two_candidates": "ambiguous_dialog",
+    "ad_as_written": "ambiguous_dialog",
     "adoc_entity_collision": "ambiguous_documents",
 }
+
+# methods whose label a person wrote (a sample's `open_variant`): no construction to check, so neither the safety
+# net (`core.contradiction`) nor the meaning checks (`checks.verify`) second-guess it
+WRITTEN = frozenset({"ad_as_written"})
 
 
 class CheckConfig(StageConfig):

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from clariedge.construct.checks import RowChecker, verify
-from clariedge.construct.config import GENERATOR, METHODS, ConstructConfig
+from clariedge.construct.config import GENERATOR, METHODS, WRITTEN, ConstructConfig
 from clariedge.construct.entities import Entity
 from clariedge.construct.reading import drop_openers
 from clariedge.construct.senses import SenseJudge
@@ -47,7 +47,7 @@ TOPIC_SWITCHES = frozenset({"Different question: ", "Unrelated, but ", "Changing
 # rows whose label rests on the turn going on with the dialog's topic (it resolves the turn, or names two candidates):
 # an explicit topic switch ("Unrelated, but") would cut that link
 _CONTINUES_DIALOG = frozenset(
-    {"hn_dialog_resolves", "hn_generalized_in_dialog", "ad_two_candidates", "clear_one_of_two"}
+    {"hn_dialog_resolves", "hn_generalized_in_dialog", "ad_two_candidates", "clear_one_of_two", "ad_as_written"}
 )
 
 
@@ -107,6 +107,8 @@ def contradiction(ex: Example, seed: SeedTurn) -> str | None:
     method = ex.provenance.method
     if method == "ad_two_candidates":
         return None  # the dialog names what is missing, and another thing of its kind: `checks.verify` reads it
+    if method in WRITTEN:
+        return None  # a person's label: the dialog may name every candidate, the turn none
     if ex.category == "ambiguous_dialog":
         hidden = referent_terms(seed) if method == "ad_cut_before_referent" else set()
         hidden = hidden or terms(seed.rewrite or seed.last_turn) - terms(ex.last_turn)
@@ -181,8 +183,8 @@ class _Emitter:
         claim = "ask" if ex.needs_clarification else "answer"
         assert self.ctx.checker is not None
         msgs = [(m.role, m.content) for m in ex.messages]
-        verdict = verify(self.ctx.checker, claim, msgs, ex.documents, senses, reference)
-        if verdict.label != claim:
+        verdict = None if method in WRITTEN else verify(self.ctx.checker, claim, msgs, ex.documents, senses, reference)
+        if verdict is not None and verdict.label != claim:
             reason = "reader_disagrees" if verdict.label in ("ask", "answer") else "reader_unsure"
             self.ctx.rejects.add(reason, self.seed.id, f"{method}: {verdict.reason} {list(verdict.cues)}", ex.last_turn)
             return None

@@ -115,3 +115,18 @@ def _referent_free_docs(seed: SeedTurn, ref: set[str], cut_len: int, ctx: _Ctx) 
         if not any(mentions_any(d.title + " " + d.text, ref) for d in s.documents):
             return _docs(s.documents, ctx)
     return []
+
+
+def written_rows(em: _Emitter, seed: SeedTurn) -> None:
+    """`ad_as_written`: a sample writer's open variant of a turn (`SeedTurn.clarification`), after its own dialog,
+    with the writer's clarifying question. The label is the writer's: nothing in the construction to check."""
+    if _want(em.ctx, "ad_as_written"):
+        assert seed.clarification is not None
+        em.both(
+            "ad_as_written",
+            seed.messages[:-1],
+            seed.last_turn,
+            seed.documents,
+            clarification=seed.clarification,
+            template="written",
+        )

@@ -17,11 +17,11 @@ if TYPE_CHECKING:
 
 def _stats(rows: list[Example], ctx: _Ctx, n_seeds: int, cfg: ConstructConfig) -> dict[str, Any]:
     cells = Counter(f"{r.category}/{r.setting}" for r in rows)
-    by_seed: dict[str, set[str]] = defaultdict(set)
+    by_turn: dict[str, set[str]] = defaultdict(set)  # a written open variant is paired with its turn as asked
     for r in rows:
-        by_seed[r.provenance.seed_id].add(r.category)
+        by_turn[r.provenance.seed_id.removesuffix("::open")].add(r.category)
     amb = [r for r in rows if r.needs_clarification]
-    paired = sum(1 for r in amb if "hard_negative" in by_seed[r.provenance.seed_id])
+    paired = sum(1 for r in amb if "hard_negative" in by_turn[r.provenance.seed_id.removesuffix("::open")])
     stats: dict[str, Any] = {
         "seeds": n_seeds,
         "rows": len(rows),
