@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from clariedge.io import Rejects, describe_validation_error
-from clariedge.schema import Document, Message, SeedTurn, Source
+from clariedge.schema import OPEN_VARIANT, Document, Message, SeedTurn, Source
 
 
 def read_text(path: Path, rejects: Rejects) -> str | None:
@@ -203,7 +203,7 @@ def _open_variant(seed: SeedTurn, raw: Any, where: str, rejects: Rejects) -> See
             "last_turn": content,
             "documents": documents,
             "clarification": clarification,
-            "source": seed.source.model_copy(update={"task_id": f"{seed.id}::open"}),
+            "source": seed.source.model_copy(update={"task_id": f"{seed.id}{OPEN_VARIANT}"}),
         },
     )
 

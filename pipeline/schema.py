@@ -67,6 +67,14 @@ def _check_dialog(messages: list[Message]) -> list[Message]:
     return messages
 
 
+OPEN_VARIANT = "::open"
+
+
+def asked_turn_id(seed_id: str) -> str:
+    """The id of the turn as it was asked, for a seed id that may name its open variant (SeedTurn.id)."""
+    return seed_id.removesuffix(OPEN_VARIANT)
+
+
 class SeedTurn(_Record):
     """One user turn at the end of a grounded dialog: what synthesis starts from."""
 
@@ -95,7 +103,8 @@ class SeedTurn(_Record):
 
     @property
     def id(self) -> str:
-        return f"{self.conversation_id}::{self.turn}" + ("::open" if self.clarification else "")
+        """`<conversation>::<turn>`; a writer's open variant of that turn adds `::open` (OPEN_VARIANT)."""
+        return f"{self.conversation_id}::{self.turn}" + (OPEN_VARIANT if self.clarification else "")
 
     @property
     def is_standalone(self) -> bool:

@@ -8,7 +8,6 @@ reader at least 95% of the time; a method that cannot is off by default, with th
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -16,9 +15,9 @@ from conftest import params_section
 
 from clariedge import ingest
 from clariedge.construct import METHODS
-from clariedge.construct.checks import build_checker, gold_precision, verify_gold_row
+from clariedge.construct.build import asked_by_conversation, meaning_checker
+from clariedge.construct.checks import gold_precision, verify_gold_row
 from clariedge.construct.config import WRITTEN
-from clariedge.schema import Document
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLD = [json.loads(line) for line in (ROOT / "tests" / "data" / "gold_labels.jsonl").open(encoding="utf-8")]
@@ -28,15 +27,7 @@ CFG = params_section("synthesize.construct")
 @pytest.fixture(scope="module")
 def checker(sample_dir: Path):
     seeds, _, _ = ingest.transform([sample_dir])
-    by_conv: dict[str, list[str]] = defaultdict(list)
-    docs: dict[str, dict[str, Document]] = defaultdict(dict)
-    for s in seeds:
-        if s.clarification:  # a writer's open variant: construct reads it only for `ad_as_written`
-            continue
-        by_conv[s.conversation_id] += [m.content for m in s.messages] + [d.text for d in s.documents]
-        for d in s.documents:
-            docs[d.title][d.doc_id] = d
-    return build_checker(by_conv, {t: list(v.values()) for t, v in docs.items()}, **CFG.checks.model_dump())
+    return meaning_checker(asked_by_conversation(seeds), CFG.checks)
 
 
 def test_gold_set_is_well_formed() -> None:

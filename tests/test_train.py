@@ -319,6 +319,10 @@ def test_few_steps_lower_the_loss_resume_and_reload(base_model_dir: Path, tmp_pa
     assert m["tokens_per_s"] > 0 and m["peak_ram_mb"] > 100
     meta = json.loads((out / "clariedge_adapter.json").read_text())
     assert meta["max_length"] == 200 and (out / "adapter_config.json").exists()
+    # the same training gives the same bytes: no set order, no load-time setting in the saved configs
+    modules = json.loads((out / "adapter_config.json").read_text())["target_modules"]
+    assert modules == sorted(modules) and len(modules) >= 2
+    assert "local_files_only" not in json.loads((out / "tokenizer_config.json").read_text())
 
     from clariedge.io import write_records
     from clariedge.training.calibrate import calibrate

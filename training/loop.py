@@ -257,7 +257,13 @@ def save_adapter(lm: Any, tok: Any, base_dir: Path, out_dir: Path, meta: dict[st
     cfg_path = tmp / "adapter_config.json"
     acfg = json.loads(cfg_path.read_text(encoding="utf-8"))
     acfg["base_model_name_or_path"] = meta["base_model"]
+    if isinstance(acfg.get("target_modules"), list):  # peft keeps a set: its order follows the hash seed
+        acfg["target_modules"] = sorted(acfg["target_modules"])
     cfg_path.write_text(json.dumps(acfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    tok_path = tmp / "tokenizer_config.json"  # `local_files_only` is how it was loaded (HF_HUB_OFFLINE), not the tokenizer
+    tcfg = json.loads(tok_path.read_text(encoding="utf-8"))
+    if tcfg.pop("local_files_only", None) is not None:
+        tok_path.write_text(json.dumps(tcfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     if out_dir.exists():
         shutil.rmtree(out_dir)
     tmp.rename(out_dir)

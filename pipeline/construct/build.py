@@ -9,9 +9,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from clariedge.construct.checks import build_checker, gold_precision
+from clariedge.construct.checks import RowChecker, build_checker, gold_precision
 from clariedge.construct.clear import _clear_rows
-from clariedge.construct.config import METHODS, ConstructConfig
+from clariedge.construct.config import METHODS, CheckConfig, ConstructConfig
 from clariedge.construct.core import _Ctx, _Emitter, corpus_passages, is_donor
 from clariedge.construct.dialog import _dialog_rows, written_rows
 from clariedge.construct.entities import _build_entities
@@ -30,18 +30,11 @@ def construct(
 
     `embed_fn` embeds texts for the sense check (default: MiniLM, `clariedge.embed`)."""
     written = [s for s in seeds if s.clarification]  # a person labelled these: only `ad_as_written` reads them
-    seeds = sorted(
-        (_as_donor(s) if is_donor(s) else s for s in seeds if not s.clarification),
-        key=lambda s: (s.conversation_id, s.turn),
-    )
-    by_conv: dict[str, list[SeedTurn]] = defaultdict(list)
-    for s in seeds:
-        by_conv[s.conversation_id].append(s)
+    by_conv = asked_by_conversation(seeds)
+    seeds = [s for conv in sorted(by_conv) for s in by_conv[conv]]
     groups, docs_by_title = _build_entities(seeds)
     ctx = _Ctx(seeds=seeds, cfg=cfg, rng=rng, by_conv=by_conv, groups=groups, docs_by_title=docs_by_title)
-    ctx.checker = build_checker(
-        _conversation_texts(by_conv), docs_by_title, **cfg.checks.model_dump(), embed_fn=embed_fn
-    )
+    ctx.checker = meaning_checker(by_conv, cfg.checks, embed_fn=embed_fn)
     hosts = [s for s in seeds if len(s.messages) >= 2 and any(m.role == "assistant" for m in s.messages)]
     ctx.doc_hosts = [s for s in hosts if s.documents]
     ctx.passages = corpus_passages(seeds)
@@ -77,6 +70,25 @@ def _score_gold(ctx: _Ctx, path: Path) -> dict[str, Any]:
     gold = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     assert ctx.checker is not None
     return gold_precision(ctx.checker, gold, METHODS)
+
+
+def asked_by_conversation(seeds: list[SeedTurn]) -> dict[str, list[SeedTurn]]:
+    """The seed turns as they were asked, by conversation in turn order: a writer's open variant left out (only
+    `ad_as_written` reads it), a donor turn (`core.is_donor`) cut to its own message."""
+    by_conv: dict[str, list[SeedTurn]] = defaultdict(list)
+    for s in sorted(seeds, key=lambda s: (s.conversation_id, s.turn)):
+        if not s.clarification:
+            by_conv[s.conversation_id].append(_as_donor(s) if is_donor(s) else s)
+    return dict(by_conv)
+
+
+def meaning_checker(
+    by_conv: dict[str, list[SeedTurn]], checks: CheckConfig, *, embed_fn: EmbedFn | None = None
+) -> RowChecker:
+    """The meaning checks over these conversations (`asked_by_conversation`), as `construct` and the gold test
+    use them."""
+    _, docs_by_title = _build_entities([s for turns in by_conv.values() for s in turns])
+    return build_checker(_conversation_texts(by_conv), docs_by_title, **checks.model_dump(), embed_fn=embed_fn)
 
 
 def _conversation_texts(by_conv: dict[str, list[SeedTurn]]) -> dict[str, list[str]]:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from clariedge.construct.config import ConstructConfig
 from clariedge.construct.text import passage_terms, terms
-from clariedge.schema import CATEGORIES, Example
+from clariedge.schema import CATEGORIES, Example, asked_turn_id
 from clariedge.text import words
 
 if TYPE_CHECKING:
@@ -19,9 +19,9 @@ def _stats(rows: list[Example], ctx: _Ctx, n_seeds: int, cfg: ConstructConfig) -
     cells = Counter(f"{r.category}/{r.setting}" for r in rows)
     by_turn: dict[str, set[str]] = defaultdict(set)  # a written open variant is paired with its turn as asked
     for r in rows:
-        by_turn[r.provenance.seed_id.removesuffix("::open")].add(r.category)
+        by_turn[asked_turn_id(r.provenance.seed_id)].add(r.category)
     amb = [r for r in rows if r.needs_clarification]
-    paired = sum(1 for r in amb if "hard_negative" in by_turn[r.provenance.seed_id.removesuffix("::open")])
+    paired = sum(1 for r in amb if "hard_negative" in by_turn[asked_turn_id(r.provenance.seed_id)])
     stats: dict[str, Any] = {
         "seeds": n_seeds,
         "rows": len(rows),
