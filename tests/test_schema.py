@@ -11,7 +11,17 @@ import pytest
 from pydantic import BaseModel
 
 from clariedge.io import read_records, write_records
-from clariedge.schema import EXAMPLE_SCHEMA, Example, Message, Provenance, arrow_schema
+from clariedge.schema import (
+    EXAMPLE_SCHEMA,
+    OPEN_VARIANT,
+    Example,
+    Message,
+    Provenance,
+    SeedTurn,
+    Source,
+    arrow_schema,
+    asked_turn_id,
+)
 
 
 class _Inner(BaseModel):
@@ -70,3 +80,22 @@ def test_a_field_type_without_an_arrow_mapping_is_an_error() -> None:
 
     with pytest.raises(KeyError):
         arrow_schema(_Odd)
+
+
+def test_an_open_variant_is_named_after_its_turn_and_maps_back_to_it() -> None:
+    asked = SeedTurn(
+        conversation_id="c1",
+        turn=2,
+        domain="d",
+        messages=[
+            Message(role="user", content="hi"),
+            Message(role="assistant", content="hello"),
+            Message(role="user", content="how much is the plan?"),
+        ],
+        last_turn="how much is the plan?",
+        source=Source(format="clariedge", path="d.jsonl", line=1, task_id="c1::2"),
+    )
+    variant = asked.model_copy(update={"clarification": "Which plan: Basic or Business?"})
+    assert asked.id == "c1::2" and variant.id == "c1::2" + OPEN_VARIANT != asked.id
+    assert asked_turn_id(variant.id) == asked_turn_id(asked.id) == asked.id
+    assert asked_turn_id("c1::2::openly") == "c1::2::openly"  # only the suffix itself is cut
