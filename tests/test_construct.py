@@ -255,6 +255,10 @@ def test_unknown_method_is_a_config_error() -> None:
         params_section("synthesize.construct", per_seed={"make_it_up": 1})
     with pytest.raises(ValueError, match="missing: .*clear_as_is"):
         params_section("synthesize.construct", per_seed={"hn_dialog_resolves": 1})
+    on_off = {m: 1 for m in METHODS} | {"ad_generalized_unpinned": 2}
+    with pytest.raises(ValueError, match=r"ad_generalized_unpinned: 2.*on \(1\) or off \(0\)"):
+        params_section("synthesize.construct", per_seed=on_off)
+    assert params_section("synthesize.construct", per_seed=on_off | {"ad_generalized_unpinned": 1, "ad_stitched": 3})
 
 
 def test_title_entities_and_generalisation() -> None:

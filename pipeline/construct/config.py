@@ -31,6 +31,7 @@ METHODS: dict[str, str] = {
 # methods whose label a person wrote (a sample's `open_variant`): no construction to check, so neither the safety
 # net (`core.contradiction`) nor the meaning checks (`checks.verify`) second-guess it
 WRITTEN = frozenset({"ad_as_written"})
+COUNTED = frozenset({"ad_stitched", "adoc_entity_collision", "clear_specific_docs"})  # per_seed: instances; else on/off
 
 
 class CheckConfig(StageConfig):
@@ -124,4 +125,10 @@ class ConstructConfig(StageConfig):
             raise ValueError(f"per_seed must give every method a count (0 turns one off); missing: {missing}")
         if any(n < 0 for n in v.values()):
             raise ValueError("per_seed counts must be >= 0")
+        switches = sorted(f"{m}: {n}" for m, n in v.items() if n > 1 and m not in COUNTED)
+        if switches:
+            raise ValueError(
+                f"per_seed {switches}: these methods are on (1) or off (0); only {', '.join(sorted(COUNTED))} "
+                "make several instances per seed turn"
+            )
         return dict(v)
