@@ -14,7 +14,7 @@ import resource
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -254,19 +254,29 @@ def save_adapter(lm: Any, tok: Any, base_dir: Path, out_dir: Path, meta: dict[st
     lm.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     (tmp / ADAPTER_META).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    cfg_path = tmp / "adapter_config.json"
-    acfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-    acfg["base_model_name_or_path"] = meta["base_model"]
-    if isinstance(acfg.get("target_modules"), list):  # peft keeps a set: its order follows the hash seed
-        acfg["target_modules"] = sorted(acfg["target_modules"])
-    cfg_path.write_text(json.dumps(acfg, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    tok_path = tmp / "tokenizer_config.json"  # `local_files_only` is how it was loaded (HF_HUB_OFFLINE), not the tokenizer
-    tcfg = json.loads(tok_path.read_text(encoding="utf-8"))
-    if tcfg.pop("local_files_only", None) is not None:
-        tok_path.write_text(json.dumps(tcfg, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+    def point_at_base(acfg: dict[str, Any]) -> bool:
+        acfg["base_model_name_or_path"] = meta["base_model"]
+        if isinstance(acfg.get("target_modules"), list):  # peft keeps a set: its order follows the hash seed
+            acfg["target_modules"] = sorted(acfg["target_modules"])
+        return True
+
+    _rewrite_json(tmp / "adapter_config.json", point_at_base, sort_keys=True)
+    # `local_files_only` says how the tokenizer was loaded (HF_HUB_OFFLINE), not what it is
+    _rewrite_json(
+        tmp / "tokenizer_config.json", lambda t: t.pop("local_files_only", None) is not None, ensure_ascii=False
+    )
     if out_dir.exists():
         shutil.rmtree(out_dir)
     tmp.rename(out_dir)
+
+
+def _rewrite_json(path: Path, change: Callable[[dict[str, Any]], bool], **dump: Any) -> None:
+    """Read the JSON object at `path`, let `change` edit it in place, and write it back (indented) if it says
+    it changed something."""
+    obj = json.loads(path.read_text(encoding="utf-8"))
+    if change(obj):
+        path.write_text(json.dumps(obj, indent=2, **dump) + "\n", encoding="utf-8")
 
 
 def _portable(base_dir: Path, out_dir: Path) -> str:

@@ -19,7 +19,7 @@ from clariedge.construct.loose import _generalized_rows
 from clariedge.construct.senses import EmbedFn
 from clariedge.construct.stats import _stats
 from clariedge.io import Rejects
-from clariedge.schema import Example, SeedTurn
+from clariedge.schema import Document, Example, SeedTurn
 from clariedge.text import words
 
 
@@ -31,10 +31,10 @@ def construct(
     `embed_fn` embeds texts for the sense check (default: MiniLM, `clariedge.embed`)."""
     written = [s for s in seeds if s.clarification]  # a person labelled these: only `ad_as_written` reads them
     by_conv = asked_by_conversation(seeds)
-    seeds = [s for conv in sorted(by_conv) for s in by_conv[conv]]
+    seeds = [s for turns in by_conv.values() for s in turns]
     groups, docs_by_title = _build_entities(seeds)
     ctx = _Ctx(seeds=seeds, cfg=cfg, rng=rng, by_conv=by_conv, groups=groups, docs_by_title=docs_by_title)
-    ctx.checker = meaning_checker(by_conv, cfg.checks, embed_fn=embed_fn)
+    ctx.checker = meaning_checker(by_conv, cfg.checks, embed_fn=embed_fn, docs_by_title=docs_by_title)
     hosts = [s for s in seeds if len(s.messages) >= 2 and any(m.role == "assistant" for m in s.messages)]
     ctx.doc_hosts = [s for s in hosts if s.documents]
     ctx.passages = corpus_passages(seeds)
@@ -83,11 +83,16 @@ def asked_by_conversation(seeds: list[SeedTurn]) -> dict[str, list[SeedTurn]]:
 
 
 def meaning_checker(
-    by_conv: dict[str, list[SeedTurn]], checks: CheckConfig, *, embed_fn: EmbedFn | None = None
+    by_conv: dict[str, list[SeedTurn]],
+    checks: CheckConfig,
+    *,
+    embed_fn: EmbedFn | None = None,
+    docs_by_title: dict[str, list[Document]] | None = None,
 ) -> RowChecker:
     """The meaning checks over these conversations (`asked_by_conversation`), as `construct` and the gold test
-    use them."""
-    _, docs_by_title = _build_entities([s for turns in by_conv.values() for s in turns])
+    use them; `docs_by_title` is the passages by title (`_build_entities`), found here when not given."""
+    if docs_by_title is None:
+        _, docs_by_title = _build_entities([s for turns in by_conv.values() for s in turns])
     return build_checker(_conversation_texts(by_conv), docs_by_title, **checks.model_dump(), embed_fn=embed_fn)
 
 
