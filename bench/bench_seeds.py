@@ -1,0 +1,107 @@
+"""Benchmark: how far the seed alone moves what the data teaches about real conversations.
+
+One cold build of the data (`dvc repro publish`) per seed, each in a fresh copy of the project, then the
+MiniLM classifier (the `external` stage's `minilm` baseline: logistic regression on MiniLM embeddings of the
+last turn, the dialog and the documents) trained on that build's train split and scored on every real set
+in `external.sets`: ROC AUC of P(ask), with the spread over the seeds. No LoRA training: minutes per seed.
+
+A data change moves the real-set figures only if it moves them by more than this spread: compare a
+variant's seeds with the default's (`--set` applies dotted params overrides to every build).
+The MiniLM AUC is a proxy: on the builds measured it moved with the adapter's (docs/training.md).
+
+Usage: .venv/bin/python -m bench.bench_seeds [--seeds 20261202 1 2] [--set synthesize.construct.per_seed.ad_stitched=2]
+       [--splits-only] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.pipeline_run import ROOT, copy_project, repro, set_params
+
+
+def _value(text: str) -> Any:
+    return yaml.safe_load(text)  # "2" -> 2, "[a, b]" -> list, "true" -> True
+
+
+def real_set_aucs(train_split: Path, params: dict[str, Any]) -> tuple[int, int, dict[str, float]]:
+    """(train rows, of them ask, set -> ROC AUC of P(ask) on all its rows) of the MiniLM classifier trained on
+    `train_split`. The sets are `external.sets`, read relative to this checkout (they live outside the project)."""
+    from sklearn.metrics import roc_auc_score
+
+    from clariedge.training.benchmark import load_sets
+    from clariedge.training.data import load_examples
+    from clariedge.training.evaluate import fit_minilm
+
+    train = load_examples(train_split)
+    rows_by_set, _ = load_sets({n: ROOT / p for n, p in params["external"]["sets"].items()}, None, params["seed"])
+    predict = fit_minilm(train, seed=params["seed"], cache=str(ROOT / "cache/bench_seeds.sqlite"))
+    aucs = {}
+    for name, rows in rows_by_set.items():
+        _, p_ask = predict(rows)
+        aucs[name] = float(roc_auc_score([r.needs for r in rows], p_ask)) if p_ask else 0.5
+    return len(train), sum(r.needs_clarification for r in train), aucs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[20261202, 1, 2], help="top-level `seed` of each build")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="params override for every build")
+    ap.add_argument(
+        "--splits-only",
+        action="store_true",
+        help="build the data once (first seed), then rerun only `publish` with each seed: the split's share of the spread",
+    )
+    ap.add_argument("--keep", type=Path, help="build in this folder and keep it (default: a temp folder)")
+    args = ap.parse_args()
+    overrides = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            ap.error(f"--set {item!r}: expected KEY=VALUE")
+        overrides[key] = _value(value)
+    work = args.keep or Path(tempfile.mkdtemp(prefix="clariedge-seeds-"))
+    work.mkdir(parents=True, exist_ok=True)
+    results = []
+    first: Path | None = None
+    for seed in args.seeds:
+        t0 = time.perf_counter()
+        if args.splits_only and first is not None:
+            project = first
+            set_params(project, {"seed": seed})
+            repro(project, "--single-item", "publish")
+        else:
+            project = copy_project(work / f"seed-{seed}")
+            set_params(project, {**overrides, "seed": seed})
+            for cache in ROOT.glob("cache/embeddings_*.sqlite"):  # warm MiniLM caches give the same bytes (README)
+                (project / "cache").mkdir(exist_ok=True)
+                shutil.copy2(cache, project / "cache" / cache.name)
+            repro(project, "publish")
+            first = first or project
+        params = yaml.safe_load((project / "params.yaml").read_text(encoding="utf-8"))
+        rows, ask, aucs = real_set_aucs(project / "data/clariedge-parquet/train.parquet", params)
+        results.append((seed, rows, ask, aucs, time.perf_counter() - t0))
+        print(f"seed {seed}: {aucs} ({results[-1][-1]:.0f} s)", flush=True)
+    names = sorted({n for *_, aucs, _ in results for n in aucs})
+    print(f"\nMiniLM ROC AUC of P(ask) on each real set; overrides {overrides or 'none'}")
+    print(f"{'seed':>10}{'train rows':>12}{'ask':>6}" + "".join(f"{n:>14}" for n in names) + f"{'wall s':>9}")
+    for seed, rows, ask, aucs, seconds in results:
+        cells = "".join(f"{aucs.get(n, float('nan')):>14.3f}" for n in names)
+        print(f"{seed:>10}{rows:>12}{ask:>6}{cells}{seconds:>9.0f}")
+    if len(results) > 1:
+        for label, fn in (("mean", statistics.mean), ("sd", statistics.stdev)):
+            print(f"{label:>10}{'':>18}" + "".join(f"{fn([r[3][n] for r in results]):>14.3f}" for n in names))
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
