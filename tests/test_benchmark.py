@@ -51,7 +51,9 @@ def _cfg(**over) -> ExternalConfig:
     return ExternalConfig.model_validate({**raw, **over})
 
 
-def _run_without_models(sets: dict, tmp_path: Path, cfg: ExternalConfig, train: Path | None = None) -> dict:
+def _run_without_models(
+    sets: dict, tmp_path: Path, cfg: ExternalConfig, train: Path | None = None, seed: int = 1
+) -> dict:
     """The stage's `run` with the adapter and the zero-shot model off (their folders are never read); outputs
     under tmp_path/out; the train split is read only when the MiniLM baseline is on."""
     out = tmp_path / "out"
@@ -64,7 +66,7 @@ def _run_without_models(sets: dict, tmp_path: Path, cfg: ExternalConfig, train: 
         out / "predictions.jsonl",
         out / "external.png",
         cfg,
-        seed=1,
+        seed=seed,
         max_length=None,
         batch_size=8,
         max_new_tokens=16,
@@ -166,6 +168,27 @@ def test_sample_rows_is_stratified_and_seeded(tmp_path: Path) -> None:
     assert [r.id for r in a] == [r.id for r in sample_rows(rows, 20, seed=5)]
     assert [r.id for r in a] != [r.id for r in sample_rows(rows, 20, seed=6)]
     assert len(sample_rows(rows, None, seed=5)) == 40
+
+
+def test_rows_scored_follow_sample_seed_not_the_build_seed(tmp_path: Path) -> None:
+    """A build with another top-level seed is scored on the same real rows; another sample_seed draws others."""
+    f = _write(
+        tmp_path / "s.jsonl",
+        [_task(i, f"turn {i}?", "UNDERSPECIFIED" if i % 4 == 0 else "ANSWERABLE") for i in range(40)],
+    )
+    base = {"adapter": False, "lengths": False, "max_rows": 12}
+    base["baselines"] = {"always_clear": True, "minilm": False, "zero_shot": False}
+
+    def scored(sample_seed: int, seed: int) -> list[str]:
+        r = _run_without_models({"s": f}, tmp_path, _cfg(**base, sample_seed=sample_seed), seed=seed)
+        assert r["sample_seed"] == sample_seed
+        preds = (tmp_path / "out" / "predictions.jsonl").read_text().splitlines()
+        return sorted(json.loads(x)["id"] for x in preds)
+
+    first = scored(5, seed=1)
+    assert len(first) == 12
+    assert scored(5, seed=2) == first
+    assert scored(6, seed=1) != first
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,10 +26,10 @@ Inputs:  the labelled JSONL files in `external.sets`, the train split parquet, t
          base model folder.
 Outputs: `metrics/external.json` (DVC metrics), a plot of balanced accuracy per set and system with the
          intervals (PNG), per-row predictions JSONL.
-Params:  `external.*` (sets, max_rows, adapter, baselines.*, generate, max_generate, examples,
+Params:  `external.*` (sets, max_rows, sample_seed, adapter, baselines.*, generate, max_generate, examples,
          bootstrap); `evaluate.max_length`, `evaluate.batch_size`, `evaluate.max_new_tokens`,
          `evaluate.precision`, `evaluate.threads` (the reading window and inference settings of
-         `evaluate`); the top-level `seed`.
+         `evaluate`); the top-level `seed` (the MiniLM classifier's fit).
 """
 
 from __future__ import annotations
@@ -66,6 +66,10 @@ class ExternalBaselines(StageConfig):
 class ExternalConfig(StageConfig):
     sets: dict[str, str] = Field(description="set name -> labelled MTRAG task JSONL; an absent file is skipped")
     max_rows: int | None = Field(ge=1, description="rows per set at most, stratified by label (null: all)")
+    sample_seed: int = Field(
+        description="draws the rows scored and the bootstrap resamples; apart from the top-level seed, so that "
+        "builds with other seeds are scored on the same rows"
+    )
     adapter: bool = Field(description="score the default adapter (costly: one forward pass per row)")
     baselines: ExternalBaselines
     generate: bool = Field(description="generate the adapter's questions for rows it asks about")
@@ -327,7 +331,7 @@ def run(
     from clariedge.training.data import load_examples
 
     t_start = time.perf_counter()
-    rows_by_set, info = load_sets(sets, cfg.max_rows, seed)
+    rows_by_set, info = load_sets(sets, cfg.max_rows, cfg.sample_seed)
     train_rows = functools.cache(lambda: load_examples(train_path))  # read once, by the systems that need it
     lm = {"max_length": max_length, "batch_size": batch_size, "max_new_tokens": max_new_tokens, "precision": precision}
     passes = predict_sets(
@@ -342,7 +346,7 @@ def run(
 
     # ---- score and write --------------------------------------------------------------------------------
     for name, rows in rows_by_set.items():
-        info[name]["systems"] = score_set(rows, passes.decisions[name], passes.questions.get(name), cfg, seed=seed)
+        info[name]["systems"] = score_set(rows, passes.decisions[name], passes.questions.get(name), cfg)
     for name in info:
         info[name].setdefault("systems", {})
     passes.timing["total_s"] = round(time.perf_counter() - t_start, 1)
@@ -351,6 +355,7 @@ def run(
         "scored": sorted(rows_by_set),
         "skipped": sorted(n for n, s in info.items() if s["status"] != "scored"),
         "max_rows": cfg.max_rows,
+        "sample_seed": cfg.sample_seed,
         **passes.window,
         "lengths": lengths,
         "timing": passes.timing,
@@ -366,8 +371,6 @@ def score_set(
     decisions: Mapping[str, Prediction],
     questions: Mapping[int, str | None] | None,
     cfg: ExternalConfig,
-    *,
-    seed: int,
 ) -> dict[str, dict[str, Any]]:
     """Every system's scores on one set (in the order of `SYSTEMS`), the adapter's with example turns."""
     gold = [r.needs for r in rows]
@@ -375,7 +378,7 @@ def score_set(
     for system in SYSTEMS:
         if system in decisions:
             needs, p_ask = decisions[system]
-            systems[system] = score(gold, needs, p_ask, seed=seed, n_boot=cfg.bootstrap)
+            systems[system] = score(gold, needs, p_ask, seed=cfg.sample_seed, n_boot=cfg.bootstrap)
     if "adapter" in systems:
         systems["adapter"]["examples"] = examples(rows, decisions["adapter"][0], questions, cfg.examples)
     return systems
