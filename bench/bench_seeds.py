@@ -42,7 +42,9 @@ def real_set_aucs(train_split: Path, params: dict[str, Any]) -> tuple[int, int, 
     from clariedge.training.evaluate import fit_minilm
 
     train = load_examples(train_split)
-    rows_by_set, _ = load_sets({n: ROOT / p for n, p in params["external"]["sets"].items()}, None, params["external"]["sample_seed"])
+    rows_by_set, _ = load_sets(
+        {n: ROOT / p for n, p in params["external"]["sets"].items()}, None, params["external"]["sample_seed"]
+    )
     predict = fit_minilm(train, seed=params["seed"], cache=str(ROOT / "cache/bench_seeds.sqlite"))
     aucs = {}
     for name, rows in rows_by_set.items():
