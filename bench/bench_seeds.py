@@ -4,6 +4,8 @@ One cold build of the data (`dvc repro publish`) per seed, each in a fresh copy 
 MiniLM classifier (the `external` stage's `minilm` baseline: logistic regression on MiniLM embeddings of the
 last turn, the dialog and the documents) trained on that build's train split and scored on every real set
 in `external.sets`: ROC AUC of P(ask), with the spread over the seeds. No LoRA training: minutes per seed.
+Each set is also split by position: `<set>@first` holds the conversations' opening turns, `<set>@later` the
+turns after a dialog (where most real turns are, and where a short follow-up must be told from an open one).
 
 A data change moves the real-set figures only if it moves them by more than this spread: compare a
 variant's seeds with the default's (`--set` applies dotted params overrides to every build).
@@ -32,11 +34,17 @@ def _value(text: str) -> Any:
     return yaml.safe_load(text)  # "2" -> 2, "[a, b]" -> list, "true" -> True
 
 
-def real_set_aucs(train_split: Path, params: dict[str, Any]) -> tuple[int, int, dict[str, float]]:
-    """(train rows, of them ask, set -> ROC AUC of P(ask) on all its rows) of the MiniLM classifier trained on
-    `train_split`. The sets are `external.sets`, read relative to this checkout (they live outside the project)."""
+def _auc(gold: list[bool], p_ask: list[float]) -> float:
+    """ROC AUC of P(ask); NaN where the rows hold one class only (no ranking to measure)."""
     from sklearn.metrics import roc_auc_score
 
+    return float(roc_auc_score(gold, p_ask)) if len(set(gold)) == 2 and p_ask else float("nan")
+
+
+def real_set_aucs(train_split: Path, params: dict[str, Any]) -> tuple[int, int, dict[str, float]]:
+    """(train rows, of them ask, set -> ROC AUC of P(ask)) of the MiniLM classifier trained on `train_split`, on
+    all of each set's rows and, as `<set>@first` / `<set>@later`, on its opening turns / turns after a dialog.
+    The sets are `external.sets`, read relative to this checkout (they live outside the project)."""
     from clariedge.training.benchmark import load_sets
     from clariedge.training.data import load_examples
     from clariedge.training.evaluate import fit_minilm
@@ -49,7 +57,12 @@ def real_set_aucs(train_split: Path, params: dict[str, Any]) -> tuple[int, int, 
     aucs = {}
     for name, rows in rows_by_set.items():
         _, p_ask = predict(rows)
-        aucs[name] = float(roc_auc_score([r.needs for r in rows], p_ask)) if p_ask else 0.5
+        gold = [r.needs for r in rows]
+        aucs[name] = _auc(gold, p_ask)
+        later = [sum(m.role == "user" for m in r.messages) > 1 for r in rows]
+        for part, keep in (("first", False), ("later", True)):
+            idx = [i for i, is_later in enumerate(later) if is_later == keep]
+            aucs[f"{name}@{part}"] = _auc([gold[i] for i in idx], [p_ask[i] for i in idx] if p_ask else [])
     return len(train), sum(r.needs_clarification for r in train), aucs
 
 
@@ -94,13 +107,14 @@ def main() -> None:
         print(f"seed {seed}: {aucs} ({results[-1][-1]:.0f} s)", flush=True)
     names = sorted({n for *_, aucs, _ in results for n in aucs})
     print(f"\nMiniLM ROC AUC of P(ask) on each real set; overrides {overrides or 'none'}")
-    print(f"{'seed':>10}{'train rows':>12}{'ask':>6}" + "".join(f"{n:>14}" for n in names) + f"{'wall s':>9}")
+    width = max(14, *(len(n) + 2 for n in names))
+    print(f"{'seed':>10}{'train rows':>12}{'ask':>6}" + "".join(f"{n:>{width}}" for n in names) + f"{'wall s':>9}")
     for seed, rows, ask, aucs, seconds in results:
-        cells = "".join(f"{aucs.get(n, float('nan')):>14.3f}" for n in names)
+        cells = "".join(f"{aucs.get(n, float('nan')):>{width}.3f}" for n in names)
         print(f"{seed:>10}{rows:>12}{ask:>6}{cells}{seconds:>9.0f}")
     if len(results) > 1:
         for label, fn in (("mean", statistics.mean), ("sd", statistics.stdev)):
-            print(f"{label:>10}{'':>18}" + "".join(f"{fn([r[3][n] for r in results]):>14.3f}" for n in names))
+            print(f"{label:>10}{'':>18}" + "".join(f"{fn([r[3][n] for r in results]):>{width}.3f}" for n in names))
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
 
