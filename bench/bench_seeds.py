@@ -108,6 +108,8 @@ def main() -> None:
     ap.add_argument("--pair", action="store_true", help="score with the sentence-pair proxy (`fit_pair`)")
     ap.add_argument("--rescore", type=Path, help="build nothing: score the builds a --keep run left in this folder")
     args = ap.parse_args()
+    if args.rescore and (args.set or args.splits_only):
+        ap.error("--rescore builds nothing: --set and --splits-only have no effect with it")
     overrides = {}
     for item in args.set:
         key, sep, value = item.partition("=")
